@@ -1,0 +1,165 @@
+"""The raydock Python SDK.
+
+    from api.client import Client
+    client = Client("http://127.0.0.1:8000")
+    job = client.submit({"name": "digits", "model": {"type": "mlp"}, "epochs": 5})
+    for point in job.stream_metrics():
+        print(point.metrics)
+    job.wait()
+
+Needs only httpx and pydantic. Server errors are raised as the classes of
+``api.errors`` (e.g. ``CapacityExceeded``), carrying the server's code and message.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from api.errors import RaydockError, error_from_body
+from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
+
+
+class Client:
+    def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 30.0):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ http
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        r = self.http.request(method, path, **kwargs)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = r.text
+            raise error_from_body(r.status_code, body)
+        return r
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, spec: JobSpec | dict[str, Any]) -> "Job":
+        """Submit a job. A dict is validated locally first, so typos fail before the network."""
+        if isinstance(spec, dict):
+            spec = parse_job_spec(spec)
+        body = spec.model_dump(mode="json", exclude_unset=False)
+        return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body).json()))
+
+    def job(self, job_id: str) -> "Job":
+        return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))
+
+    def list(self, status: JobStatus | str | None = None, labels: dict[str, str] | None = None, limit: int = 50, offset: int = 0) -> JobList:
+        params: dict[str, Any] = {"limit": limit, "offset": offset, "label": [f"{k}={v}" for k, v in (labels or {}).items()]}
+        if status:
+            params["status"] = JobStatus(status).value
+        return JobList.model_validate(self.request("GET", "/v1/jobs", params=params).json())
+
+    def cluster(self) -> ClusterInfo:
+        return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())
+
+
+class Job:
+    """A handle on one job; ``info`` is the last state fetched from the server."""
+
+    def __init__(self, client: Client, info: JobPublic):
+        self.client, self.info = client, info
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, status={self.status.value})"
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def status(self) -> JobStatus:
+        return self.info.status
+
+    def refresh(self) -> "Job":
+        self.info = JobPublic.model_validate(self.client.request("GET", f"/v1/jobs/{self.id}").json())
+        return self
+
+    def wait(self, timeout: float | None = None, poll: float = 0.5) -> "Job":
+        """Block until the job ends; raises TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.refresh().status.is_terminal():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} still {self.status.value} after {timeout:g}s")
+            time.sleep(poll)
+        return self
+
+    def cancel(self) -> "Job":
+        self.info = JobPublic.model_validate(self.client.request("POST", f"/v1/jobs/{self.id}/cancel").json())
+        return self
+
+    def delete(self) -> None:
+        self.client.request("DELETE", f"/v1/jobs/{self.id}")
+
+    def metrics(self, since: int = -1) -> list[MetricPoint]:
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/metrics", params={"since": since}).json()
+        return [MetricPoint.model_validate(m) for m in data]
+
+    def stream_metrics(self, since: int = -1) -> Iterator[MetricPoint]:
+        """Yield each report as the server receives it, until the job ends."""
+        with self.client.http.stream("GET", f"/v1/jobs/{self.id}/metrics/stream", params={"since": since}, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise error_from_body(r.status_code, r.json())
+            event = None
+            for line in r.iter_lines():
+                if line.startswith("event:"):
+                    event = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and event == "metric":
+                    yield MetricPoint.model_validate(json.loads(line.split(":", 1)[1]))
+                elif line.startswith("data:") and event == "end":
+                    return
+
+    def logs(self, follow: bool = False) -> str | Iterator[str]:
+        """The whole log as a string, or with ``follow=True`` an iterator of new text."""
+        if not follow:
+            return self.client.request("GET", f"/v1/jobs/{self.id}/logs").text
+        return self._follow_logs()
+
+    def _follow_logs(self) -> Iterator[str]:
+        with self.client.http.stream("GET", f"/v1/jobs/{self.id}/logs", params={"follow": True}, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise error_from_body(r.status_code, r.json())
+            yield from r.iter_text()
+
+    def checkpoints(self) -> list[CheckpointPublic]:
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/checkpoints").json()
+        return [CheckpointPublic.model_validate(c) for c in data]
+
+    def download_checkpoint(self, checkpoint: CheckpointPublic | int | None = None, dest: str | Path = ".") -> Path:
+        """Download a checkpoint (the latest by default) and unpack it into ``dest``/<job>-<id>/."""
+        if checkpoint is None:
+            found = self.checkpoints()
+            if not found:
+                raise RaydockError(f"job {self.id} has no checkpoints", code="no_checkpoints", status=404)
+            checkpoint = found[-1]
+        cid = checkpoint if isinstance(checkpoint, int) else checkpoint.id
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/checkpoints/{cid}/download").content
+        target = Path(dest) / f"{self.id}-{cid}"
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(target, filter="data")
+        return target

@@ -1,0 +1,80 @@
+"""Errors a user can act on, shared by the server and the SDK.
+
+The server turns each into ``{"error": {"code", "message", "details"}}`` with its HTTP
+status; the SDK reads the code back and raises the same class, so a caller can write
+``except CapacityExceeded`` whether it called the service in-process or over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RaydockError(Exception):
+    status: int = 400
+    code: str = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None, details: list[dict[str, Any]] | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code or type(self).code
+        self.status = status or type(self).status
+        self.details = details or []
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.message, self.code, self.details, self.status))
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+def _rebuild(cls, message, code, details, status):
+    return cls(message, code=code, details=details, status=status)
+
+
+class InvalidSpec(RaydockError):
+    status, code = 422, "invalid_spec"
+
+
+class CapacityExceeded(RaydockError):
+    status, code = 422, "exceeds_cluster_capacity"
+
+
+class NotFound(RaydockError):
+    status, code = 404, "not_found"
+
+
+class Conflict(RaydockError):
+    status, code = 409, "conflict"
+
+
+class Unauthorized(RaydockError):
+    status, code = 401, "unauthorized"
+
+
+class ClusterUnavailable(RaydockError):
+    status, code = 503, "cluster_unavailable"
+
+
+_BY_CODE: dict[str, type[RaydockError]] = {
+    c.code: c for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable)
+}
+# Codes that share a class: a more specific code, the same kind of problem.
+_BY_CODE.update(
+    {
+        "invalid_json": InvalidSpec,
+        "entrypoint_not_found": InvalidSpec,
+        "working_dir_not_found": InvalidSpec,
+        "job_not_finished": Conflict,
+        "job_finished": Conflict,
+    }
+)
+
+
+def error_from_body(status: int, body: Any) -> RaydockError:
+    """Rebuild the server's error on the client side."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return RaydockError(f"HTTP {status}: {body!r}"[:2000], code="http_error", status=status)
+    cls = _BY_CODE.get(err.get("code", ""), RaydockError)
+    return cls(err.get("message", ""), code=err.get("code"), details=err.get("details") or [], status=status)

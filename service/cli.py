@@ -1,0 +1,206 @@
+"""The ``raydock`` command line: ``serve`` runs the server; every other command is a
+thin layer over the SDK (``api.client``) and takes the same YAML/JSON job spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from api.client import Client, Job
+from api.errors import RaydockError
+from api.schemas import JobStatus, parse_job_spec
+
+app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+UrlOpt = Annotated[str, typer.Option("--url", envvar="RAYDOCK_URL", help="Server URL.")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_TOKEN", help="API token.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def _client(url: str, token: str | None) -> Client:
+    return Client(url, token=token)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    host: Annotated[Optional[str], typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
+) -> None:
+    """Run the API server (starts a local Ray head unless RAY_ADDRESS is set)."""
+    import uvicorn
+
+    from api.app import create_app
+    from service.settings import Settings
+
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    settings = Settings(**overrides)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+def load_spec_file(path: Path):
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        _fail(f"cannot read {path}: {exc}")
+    if not isinstance(raw, dict):
+        _fail(f"{path} must hold a mapping (the job spec)")
+    try:
+        return parse_job_spec(raw)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        _fail(f"{path} is not a valid job spec:\n" + "\n".join(lines), code=2)
+
+
+@app.command()
+def submit(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).", exists=True, dir_okay=False)],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Show live progress until the job ends.")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Submit a job; prints its id (and follows it with --follow)."""
+    spec = load_spec_file(spec_file)
+    if spec.working_dir and not os.path.isabs(spec.working_dir):
+        # Relative to the spec file, like a compose file's build context.
+        spec.working_dir = str((spec_file.parent / spec.working_dir).resolve())
+    with _client(url, token) as client:
+        try:
+            job = client.submit(spec)
+        except RaydockError as exc:
+            _fail(f"{exc.message} [{exc.code}]", code=2)
+        console.print(job.id)
+        if follow:
+            _follow(job, spec.epochs, spec.max_steps)
+
+
+def _follow(job: Job, epochs: int | None, max_steps: int | None) -> None:
+    total = max_steps if max_steps else epochs
+    unit = "step" if max_steps else "epoch"
+    with Progress(
+        TextColumn("[bold]{task.fields[status]}"), BarColumn(), TextColumn("{task.fields[where]}"),
+        TextColumn("{task.fields[loss]}"), TimeElapsedColumn(), console=err,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("train", total=total, status="QUEUED", where="", loss="")
+        for point in job.stream_metrics():
+            m = point.metrics
+            done = m.get(unit)
+            loss = m.get("train_loss", m.get("loss"))
+            where = f"epoch {m.get('epoch', '?')} step {m.get('step', '?')}"
+            extra = f"loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
+            if isinstance(m.get("val_acc"), (int, float)):
+                extra += f" val_acc {m['val_acc']:.3f}"
+            bar.update(task, completed=done if isinstance(done, (int, float)) else None, status="RUNNING", where=where, loss=extra)
+        job.wait()
+        bar.update(task, status=job.status.value)
+    _print_outcome(job)
+
+
+def _print_outcome(job: Job) -> None:
+    info = job.info
+    console.print(f"{info.id} {info.status.value}" + (f" ({info.status_reason})" if info.status_reason else ""))
+    if info.status == JobStatus.FAILED:
+        err.print(f"[red]{info.failure_cause.value if info.failure_cause else 'FAILED'}[/red]: {info.error}")
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_jobs(
+    status: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this status.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(help="key=value filter; repeatable.")] = None,
+    limit: int = 50,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """List jobs, newest first."""
+    labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+    with _client(url, token) as client:
+        page = client.list(status=status, labels=labels, limit=limit)
+    table = Table("ID", "NAME", "STATUS", "CREATED", "LAST METRICS")
+    for j in page.items:
+        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in (j.latest_metrics or {}).items() if k in ("epoch", "step", "train_loss", "val_acc"))
+        table.add_row(j.id, j.name, j.status.value, j.created_at.strftime("%Y-%m-%d %H:%M:%S"), last)
+    console.print(table)
+    console.print(f"{len(page.items)} of {page.total}")
+
+
+@app.command()
+def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Show one job as JSON."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id)
+        except RaydockError as exc:
+            _fail(exc.message)
+        console.print_json(job.info.model_dump_json())
+
+
+@app.command()
+def logs(job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = False, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Print a job's log; -f follows it until the job ends."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id)
+            out = job.logs(follow=follow)
+            if isinstance(out, str):
+                sys.stdout.write(out)
+            else:
+                for chunk in out:
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+        except RaydockError as exc:
+            _fail(exc.message)
+
+
+@app.command()
+def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Cancel a job (its workers and CPUs are released)."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id).cancel()
+        except RaydockError as exc:
+            _fail(exc.message)
+        console.print(f"{job.id} {job.status.value}")
+
+
+@app.command()
+def checkpoints(
+    job_id: str,
+    download: Annotated[Optional[int], typer.Option(help="Download this checkpoint id.")] = None,
+    dest: Annotated[Path, typer.Option(help="Where to unpack a download.")] = Path("."),
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """List a job's checkpoints, or download one with --download ID."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id)
+            if download is not None:
+                console.print(str(job.download_checkpoint(download, dest)))
+                return
+            table = Table("ID", "EPOCH", "STEP", "METRICS", "PATH")
+            for c in job.checkpoints():
+                table.add_row(str(c.id), str(c.epoch), str(c.step), json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in c.metrics.items()}), c.path)
+            console.print(table)
+        except RaydockError as exc:
+            _fail(exc.message)
+
+
+if __name__ == "__main__":
+    app()

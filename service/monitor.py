@@ -1,0 +1,168 @@
+"""The monitor: the server's one background loop. It starts queued jobs on the cluster
+when they fit, follows running ones (status and logs) and records how they end.
+
+Everything it knows is re-read from the database and from Ray on every tick, so a
+restarted server picks up where the last one stopped: running jobs are reattached,
+jobs that ended meanwhile get their true final status, and log events already stored
+are not stored twice (the log offset and event keys are in the database).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy import select
+
+from api.schemas import FailureCause, JobStatus, parse_job_spec
+from service import lifecycle
+from service.jobs import JobService, demand, spec_env
+from service.ray_backend import ClusterUnavailable
+from service.store import JobRow
+
+log = logging.getLogger("raydock.monitor")
+
+ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+LOG_TAIL_IN_ERROR = 3000
+
+
+class Monitor:
+    def __init__(self, service: JobService):
+        self.service = service
+        self.sessions = service.sessions
+        self.backend = service.backend
+        self.interval = service.settings.monitor_interval_s
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wake(self) -> None:
+        """Called from request threads after a submit: start the job without waiting a tick."""
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        while True:
+            try:
+                await asyncio.to_thread(self.tick)
+            except Exception:  # noqa: BLE001 - the loop must outlive any one bad tick
+                log.exception("monitor tick failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    # ------------------------------------------------------------------ one pass
+
+    def tick(self) -> None:
+        with self.sessions() as s:
+            active = s.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE))).all()
+        for job_id in active:
+            try:
+                self.follow(job_id)
+            except ClusterUnavailable as exc:
+                log.warning("cannot reach Ray to follow %s: %s", job_id, exc)
+                return
+        self.admit()
+
+    def admit(self) -> None:
+        """Start queued jobs, oldest first, while the cluster has room for them."""
+        with self.sessions() as s:
+            queued = s.scalars(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.created_at)).all()
+            held = [parse_job_spec(j.spec) for j in s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
+        if not queued:
+            return
+        try:
+            info = self.backend.cluster_info()
+        except ClusterUnavailable as exc:
+            self._set_reason([j.id for j in queued], f"waiting for the Ray cluster: {exc}")
+            return
+        # Our own reservations count from submit on; Ray's free count also sees other users.
+        free_cpus = min(info.cpus_total - sum(demand(x)[0] for x in held), info.cpus_free)
+        free_gpus = min(info.gpus_total - sum(demand(x)[1] for x in held), info.gpus_free)
+        for job in queued:
+            cpus, gpus = demand(parse_job_spec(job.spec))
+            if cpus > free_cpus or gpus > free_gpus:
+                self._set_reason([job.id], f"waiting for resources: needs {cpus:g} CPUs / {gpus:g} GPUs, {max(free_cpus, 0):g} / {max(free_gpus, 0):g} free")
+                break  # first come, first served: later jobs do not overtake
+            self.start(job.id)
+            free_cpus, free_gpus = free_cpus - cpus, free_gpus - gpus
+
+    def start(self, job_id: str) -> None:
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if job is None or job.status != JobStatus.QUEUED.value:
+                return
+            job.attempt += 1
+            job.log_offset = 0
+            submission_id = f"raydock-{job.id}-{job.attempt}"
+            job.ray_job_id = submission_id
+            env = spec_env(self.service.settings, job)
+            spec = parse_job_spec(job.spec)
+        try:
+            self.backend.submit(submission_id, spec, env)
+        except ClusterUnavailable:
+            self._undo_start(job_id)
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
+            with self.sessions.begin() as s:
+                job = s.get(JobRow, job_id)
+                lifecycle.transition(s, job, JobStatus.FAILED, reason="Ray refused the job", cause=FailureCause.INFRASTRUCTURE, error=f"{type(exc).__name__}: {exc}")
+            return
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            lifecycle.transition(s, job, JobStatus.STARTING, reason="submitted to Ray")
+
+    def _undo_start(self, job_id: str) -> None:
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            job.attempt -= 1
+            job.ray_job_id = None
+
+    def follow(self, job_id: str) -> None:
+        with self.sessions() as s:
+            job = s.get(JobRow, job_id)
+            submission_id, current = job.ray_job_id, JobStatus(job.status)
+        if submission_id is None:
+            return
+        # Status first, then logs: once Ray says the job ended, the log we read is complete.
+        state = self.backend.state(submission_id)
+        if state is None:
+            with self.sessions.begin() as s:
+                job = s.get(JobRow, job_id)
+                lifecycle.transition(
+                    s, job, JobStatus.FAILED, cause=FailureCause.INFRASTRUCTURE,
+                    reason="the Ray cluster has no record of this job (the cluster was restarted or replaced)",
+                )  # fmt: skip
+            return
+        full_log = self.backend.logs(submission_id)
+        self.service.ingest_log(job_id, full_log)
+        target = lifecycle.from_ray(state.status, current)
+        if current == JobStatus.CANCELLING and not target.is_terminal():
+            self.backend.stop(submission_id)  # a stop lost to a restart is asked again
+            return
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if target == JobStatus.FAILED:
+                cause = FailureCause(job.failure_cause) if job.failure_cause else FailureCause.INFRASTRUCTURE
+                error = job.error or state.message or full_log[-LOG_TAIL_IN_ERROR:]
+                reason = {
+                    FailureCause.USER_CODE: "the training code raised an error",
+                    FailureCause.NO_RESOURCES: "the cluster could not provide the resources",
+                    FailureCause.INFRASTRUCTURE: (state.message or "the job driver failed").splitlines()[0],
+                }[cause]
+                lifecycle.transition(s, job, target, reason=reason, cause=cause, error=error)
+            elif target == JobStatus.CANCELLED:
+                lifecycle.transition(s, job, target, reason="cancelled")
+            elif target == JobStatus.SUCCEEDED:
+                lifecycle.transition(s, job, target, reason="training finished")
+            elif target != current and not (current == JobStatus.RUNNING and target == JobStatus.STARTING):
+                lifecycle.transition(s, job, target, reason="driver running" if target == JobStatus.RUNNING else None)
+
+    def _set_reason(self, job_ids: list[str], reason: str) -> None:
+        with self.sessions.begin() as s:
+            for job_id in job_ids:
+                job = s.get(JobRow, job_id)
+                if job is not None and job.status == JobStatus.QUEUED.value:
+                    job.status_reason = reason

@@ -1,0 +1,44 @@
+"""Wiring of one server process: settings -> store, Ray backend (a local head when no
+``RAY_ADDRESS`` is set), job service and monitor."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from service.jobs import JobService
+from service.local_cluster import LocalHead, ensure_head
+from service.monitor import Monitor
+from service.ray_backend import RayBackend
+from service.settings import Settings
+from service.store import make_engine, make_sessionmaker
+
+log = logging.getLogger("raydock")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    service: JobService
+    monitor: Monitor
+    head: LocalHead | None
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    if not settings.is_loopback and not settings.api_token:
+        raise SystemExit(
+            f"refusing to listen on {settings.host} without an API token: set RAYDOCK_API_TOKEN "
+            "(clients then send 'Authorization: Bearer <token>'), or listen on 127.0.0.1"
+        )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    head = None
+    address = settings.ray_address
+    if not address:
+        head = ensure_head(settings.data_dir / "ray", num_cpus=settings.local_num_cpus)
+        address = head.dashboard_url
+        log.info("using local Ray head at %s (pid %s)", address, head.pid)
+    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    service = JobService(settings, sessions, RayBackend(address))
+    monitor = Monitor(service)
+    service.on_submit = monitor.wake
+    return Runtime(settings, service, monitor, head)

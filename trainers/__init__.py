@@ -1,0 +1,2 @@
+"""What runs on the Ray cluster for a training job: the job driver, the per-worker
+training loop, built-in models and datasets, and the event protocol back to the server."""

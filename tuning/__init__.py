@@ -1,0 +1,1 @@
+"""Hyperparameter search on Ray Tune (population-based training first-class)."""
