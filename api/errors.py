@@ -59,16 +59,8 @@ class ClusterUnavailable(RaydockError):
 _BY_CODE: dict[str, type[RaydockError]] = {
     c.code: c for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable)
 }
-# Codes that share a class: a more specific code, the same kind of problem.
-_BY_CODE.update(
-    {
-        "invalid_json": InvalidSpec,
-        "entrypoint_not_found": InvalidSpec,
-        "working_dir_not_found": InvalidSpec,
-        "job_not_finished": Conflict,
-        "job_finished": Conflict,
-    }
-)
+# A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
+_BY_STATUS: dict[int, type[RaydockError]] = {c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)}
 
 
 def error_from_body(status: int, body: Any) -> RaydockError:
@@ -76,5 +68,5 @@ def error_from_body(status: int, body: Any) -> RaydockError:
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         return RaydockError(f"HTTP {status}: {body!r}"[:2000], code="http_error", status=status)
-    cls = _BY_CODE.get(err.get("code", ""), RaydockError)
+    cls = _BY_CODE.get(err.get("code", "")) or _BY_STATUS.get(status, RaydockError)
     return cls(err.get("message", ""), code=err.get("code"), details=err.get("details") or [], status=status)

@@ -125,6 +125,7 @@ def list_jobs(
     status: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this status.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(help="key=value filter; repeatable.")] = None,
     limit: int = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
@@ -132,6 +133,9 @@ def list_jobs(
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
     with _client(url, token) as client:
         page = client.list(status=status, labels=labels, limit=limit)
+    if as_json:
+        console.print_json(page.model_dump_json())
+        return
     table = Table("ID", "NAME", "STATUS", "CREATED", "LAST METRICS")
     for j in page.items:
         last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in (j.latest_metrics or {}).items() if k in ("epoch", "step", "train_loss", "val_acc"))
@@ -184,6 +188,7 @@ def checkpoints(
     job_id: str,
     download: Annotated[Optional[int], typer.Option(help="Download this checkpoint id.")] = None,
     dest: Annotated[Path, typer.Option(help="Where to unpack a download.")] = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
@@ -194,8 +199,12 @@ def checkpoints(
             if download is not None:
                 console.print(str(job.download_checkpoint(download, dest)))
                 return
+            found = job.checkpoints()
+            if as_json:
+                console.print_json(json.dumps([c.model_dump(mode="json") for c in found]))
+                return
             table = Table("ID", "EPOCH", "STEP", "METRICS", "PATH")
-            for c in job.checkpoints():
+            for c in found:
                 table.add_row(str(c.id), str(c.epoch), str(c.step), json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in c.metrics.items()}), c.path)
             console.print(table)
         except RaydockError as exc:

@@ -106,8 +106,10 @@ def classify(exc: BaseException) -> tuple[FailureCause, str, str]:
     if isinstance(exc, WorkerGroupError):
         errors = list(getattr(exc, "worker_failures", {}).values())
         root = errors[0] if errors else exc
-        tb = "".join(traceback.format_exception(root))
-        return FailureCause.USER_CODE, f"{type(root).__name__}: {root}", tb[-TRACEBACK_TAIL_CHARS:]
+        # Ray formats the workers' tracebacks into the error message; the exception
+        # objects arrive unpickled without their frames.
+        tb = getattr(exc, "_error_message", "") or "".join(traceback.format_exception(root))
+        return FailureCause.USER_CODE, f"{type(root).__name__}: {root}".splitlines()[0], tb[-TRACEBACK_TAIL_CHARS:]
     text = "".join(traceback.format_exception(exc))
     if isinstance(exc, ControllerError) and "start" in str(exc).lower() and "timed out" in text.lower():
         return FailureCause.NO_RESOURCES, (

@@ -50,7 +50,8 @@ class InMemoryData:
         arrays = datalib.load_arrays(spec.data, spec.seed)
         self.n_features, self.n_classes = arrays.n_features, arrays.n_classes
         self.x, self.y = datalib.shard(arrays.x_train, rank, world), datalib.shard(arrays.y_train, rank, world)
-        self.x_val, self.y_val = datalib.shard(arrays.x_val, rank, world), datalib.shard(arrays.y_val, rank, world)
+        # Validation needs no equal shards (one all-reduce at the end), so no row is dropped.
+        self.x_val, self.y_val = arrays.x_val[rank::world], arrays.y_val[rank::world]
         self.batch_size, self.seed, self.rank = spec.batch_size, spec.seed, rank
 
     def train_batches(self, epoch: int) -> Iterator[Batch]:

@@ -1,0 +1,66 @@
+"""Shared fixtures: one real Ray cluster and one real raydock server per test session.
+
+The cluster is a Ray head on ports of its own, started once (about 10 s here) and
+stopped by the process session it was started in; never ``ray stop``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from api.client import Client
+from service.local_cluster import LocalHead, start_head
+from tests.servers import ServerProcess
+
+CLUSTER_CPUS = 4
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory) -> LocalHead:
+    head = start_head(tmp_path_factory.mktemp("ray"), num_cpus=CLUSTER_CPUS)
+    yield head
+    head.stop()
+
+
+@pytest.fixture(scope="session")
+def server(ray_head, tmp_path_factory) -> ServerProcess:
+    proc = ServerProcess(tmp_path_factory.mktemp("server"), ray_head.dashboard_url).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture()
+def client(server) -> Client:
+    with Client(server.url) as c:
+        yield c
+
+
+def digits_spec(**overrides) -> dict:
+    spec = {
+        "name": "digits-test",
+        "model": {"type": "mlp", "hidden_sizes": [64]},
+        "data": {"source": "digits"},
+        "optimizer": {"name": "adam", "lr": 0.01},
+        "batch_size": 64,
+        "epochs": 5,
+        "seed": 0,
+        "scaling": {"num_workers": 2},
+        "checkpoint": {"every_n_epochs": 1, "keep": 2},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def user_spec(entrypoint: str, **overrides) -> dict:
+    spec = {
+        "name": "user-code",
+        "entrypoint": entrypoint,
+        "working_dir": str(FIXTURES / "usercode"),
+        "config": {},
+        "scaling": {"num_workers": 2},
+    }
+    spec.update(overrides)
+    return spec

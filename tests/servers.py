@@ -1,0 +1,62 @@
+"""A raydock server run as a real subprocess on a free port, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from service.local_cluster import free_ports
+
+
+class ServerProcess:
+    def __init__(self, data_dir: Path, ray_address: str, *, token: str | None = None, port: int | None = None, extra_env: dict[str, str] | None = None):
+        self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
+        self.port = port or free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> "ServerProcess":
+        env = {
+            **os.environ,
+            "RAY_ADDRESS": self.ray_address,
+            "RAYDOCK_DATA_DIR": str(self.data_dir),
+            "RAYDOCK_PORT": str(self.port),
+            **self.extra_env,
+        }
+        if self.token:
+            env["RAYDOCK_API_TOKEN"] = self.token
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "server.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.data_dir / 'server.log'}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not become healthy")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook runs, as in a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
