@@ -54,6 +54,59 @@ def serve(
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 
+@app.command()
+def run(
+    spec_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).", exists=True, dir_okay=False)],
+    port: Annotated[Optional[int], typer.Option(help="Port for the embedded server (default: a free one).")] = None,
+) -> None:
+    """Run one job on an embedded raydock (server + local Ray + SQLite) and follow it to the end."""
+    import threading
+
+    import uvicorn
+
+    from api.app import create_app
+    from service.local_cluster import free_ports
+    from service.settings import Settings
+
+    spec = load_spec_file(spec_file)
+    settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0])
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    err.print(f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)")
+    thread.start()
+    try:
+        with Client(settings.events_base_url) as client:
+            _wait_healthy(client, server)
+            err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
+            job = client.submit(spec)
+            console.print(job.id)
+            _follow(job, spec.epochs, spec.max_steps, exit_on_failure=False)
+            for c in job.checkpoints()[-1:]:
+                console.print(f"latest checkpoint: id {c.id}, epoch {c.epoch}, {c.path}")
+    finally:
+        server.should_exit = True
+        thread.join(60)
+    if job.status != JobStatus.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+def _wait_healthy(client: Client, server, timeout: float = 180.0) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.started:
+            try:
+                client.request("GET", "/healthz")
+                return
+            except (httpx.HTTPError, RaydockError):
+                pass
+        time.sleep(0.3)
+    _fail("the embedded server did not start; see the log above")
+
+
 def load_spec_file(path: Path):
     try:
         raw = yaml.safe_load(path.read_text())
@@ -90,7 +143,7 @@ def submit(
             _follow(job, spec.epochs, spec.max_steps)
 
 
-def _follow(job: Job, epochs: int | None, max_steps: int | None) -> None:
+def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure: bool = True) -> None:
     total = max_steps if max_steps else epochs
     unit = "step" if max_steps else "epoch"
     with Progress(
@@ -109,14 +162,17 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None) -> None:
             bar.update(task, completed=done if isinstance(done, (int, float)) else None, status="RUNNING", where=where, loss=extra)
         job.wait()
         bar.update(task, status=job.status.value)
-    _print_outcome(job)
+    _print_outcome(job, exit_on_failure)
 
 
-def _print_outcome(job: Job) -> None:
+def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
     info = job.info
     console.print(f"{info.id} {info.status.value}" + (f" ({info.status_reason})" if info.status_reason else ""))
+    if info.latest_metrics:
+        console.print("final metrics: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items()))
     if info.status == JobStatus.FAILED:
         err.print(f"[red]{info.failure_cause.value if info.failure_cause else 'FAILED'}[/red]: {info.error}")
+    if info.status != JobStatus.SUCCEEDED and exit_on_failure:
         raise typer.Exit(1)
 
 
