@@ -278,14 +278,20 @@ def _check_unused_sections(par: ParallelismSpec, err) -> None:
     # A section the chosen strategy never reads is most likely a mistake in the
     # strategy name; ignoring it silently would train something the user did not ask for.
     strategy = par.strategy
-    if par.mesh is not None and strategy != "hybrid":
-        err("mesh", f"mesh is only read by strategy hybrid, not {strategy}. Remove it or set strategy: hybrid.")
-    if par.tensor_degree is not None and strategy not in ("tensor", "hybrid"):
-        err("tensor_degree", f"tensor_degree is only read by strategies tensor and hybrid, not {strategy}.")
-    if "pipeline" in par.model_fields_set and strategy not in ("pipeline", "hybrid"):
-        err("pipeline", f"pipeline options are only read by strategies pipeline and hybrid, not {strategy}.")
-    if "parameter_server" in par.model_fields_set and strategy != "parameter_server":
-        err("parameter_server", f"parameter_server options are only read by strategy parameter_server, not {strategy}.")
+    readers = {
+        "mesh": ("hybrid",),
+        "tensor_degree": ("tensor", "hybrid"),
+        "pipeline": ("pipeline", "hybrid"),
+        "parameter_server": ("parameter_server",),
+    }
+    for field, strategies in readers.items():
+        given = field in par.model_fields_set and getattr(par, field) is not None
+        if given and strategy not in strategies:
+            err(
+                field,
+                f"{field} is only read by strategy {' or '.join(strategies)}, not "
+                f"{strategy}. Remove it or change the strategy.",
+            )
 
 
 def _check_mesh(par: ParallelismSpec, num_workers: int, err) -> MeshShape | None:
@@ -337,10 +343,16 @@ def _check_mesh(par: ParallelismSpec, num_workers: int, err) -> MeshShape | None
         )
         ok = False
     if stages is not None and stages != mesh.pipeline:
-        err("pipeline.stages", f"pipeline.stages ({stages}) must equal mesh.pipeline ({mesh.pipeline}) or be left out.")
+        err(
+            "pipeline.stages",
+            f"pipeline.stages ({stages}) must equal mesh.pipeline ({mesh.pipeline}) or be left out.",
+        )
         ok = False
     if par.tensor_degree is not None and par.tensor_degree != mesh.tensor:
-        err("tensor_degree", f"tensor_degree ({par.tensor_degree}) must equal mesh.tensor ({mesh.tensor}) or be left out.")
+        err(
+            "tensor_degree",
+            f"tensor_degree ({par.tensor_degree}) must equal mesh.tensor ({mesh.tensor}) or be left out.",
+        )
         ok = False
     return mesh if ok else None
 

@@ -1,0 +1,271 @@
+"""The interface every strategy implements, and the training step most of them share.
+
+A :class:`ParallelModel` is this worker's share of a model (whole, sharded, split by
+columns, or one pipeline stage) together with its optimizer. The training loop only
+talks to this interface:
+
+    loss = pm.train_step(inputs, targets)  # one optimizer step; global-batch mean loss
+    pm.evaluate(inputs, targets)           # forward only, same averaging
+    pm.state_dict() / pm.load_state_dict() # this worker's shard, for DCP checkpoints
+    pm.full_model_state_dict()             # plain weights gathered on rank 0, for export
+    pm.bytes_communicated                  # gradient-sync bytes sent by this worker
+
+``inputs``/``targets`` are this worker's batch: rows ``pm.data_rank`` of
+``pm.data_world_size`` data-parallel slices. Workers that share a data rank (the ranks
+of one tensor group or one pipeline) must be given the same batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+
+from api.parallelism import ParallelismSpec
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+_FLAT_OPTIM = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+class CommCounter:
+    """Bytes this worker handed to gradient-synchronisation collectives."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+def mesh_device(mesh: DeviceMesh) -> torch.device:
+    if mesh.device_type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(mesh.device_type)
+
+
+def split_batch(t: torch.Tensor, parts: int, knob: str) -> tuple[torch.Tensor, ...]:
+    if t.shape[0] % parts:
+        raise ValueError(
+            f"a per-worker batch of {t.shape[0]} rows cannot be split into {parts} equal "
+            f"parts; make the batch size a multiple of parallelism.{knob}"
+        )
+    return t.chunk(parts)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+class ParallelModel:
+    """This worker's part of a model, its optimizer, and one training step."""
+
+    strategy = "base"
+
+    def __init__(
+        self,
+        module: nn.Module,
+        mesh: DeviceMesh,
+        spec: ParallelismSpec,
+        optimizer_factory: OptimizerFactory,
+        loss_fn: LossFn,
+    ):
+        self.module = module
+        self.mesh = mesh
+        self.spec = spec
+        self.loss_fn = loss_fn
+        self.device = mesh_device(mesh)
+        data_mesh = mesh["data"]
+        self.data_group = data_mesh.get_group()
+        self.data_rank = data_mesh.get_local_rank()
+        self.data_world_size = data_mesh.size()
+        self.comm = CommCounter()
+        self.step = 0
+        # Loss scaling keeps small fp16 gradients from flushing to zero; bf16 has fp32's range.
+        self.scaler = torch.amp.GradScaler("cuda") if spec.precision == "fp16" else None
+        self.optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
+
+    @property
+    def bytes_communicated(self) -> int:
+        return self.comm.bytes
+
+    # -- the training step ---------------------------------------------------------
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """One optimizer step on this worker's batch; returns the global-batch mean loss."""
+        k = self.spec.grad_accumulation_steps
+        micro_inputs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
+        micro_targets = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
+        self.module.train()
+        loss_sum = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(zip(micro_inputs, micro_targets)):
+            # Gradients cross the network only after the last slice; before that they
+            # just accumulate locally.
+            with self._grad_sync(enabled=i == k - 1):
+                with self._autocast():
+                    loss = self.loss_fn(self.module(x), y) / k
+                self._backward(loss)
+            loss_sum += loss.detach()
+        self._reduce_grads()
+        self._optimizer_step()
+        return self._data_mean(loss_sum)
+
+    @torch.no_grad()
+    def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """Mean loss over the global batch, without touching gradients or weights."""
+        self.module.eval()
+        try:
+            with self._autocast():
+                loss = self.loss_fn(self.module(inputs.to(self.device)), targets.to(self.device))
+        finally:
+            self.module.train()
+        return self._data_mean(loss.detach().float())
+
+    # -- pieces strategies override or reuse ----------------------------------------
+
+    @contextlib.contextmanager
+    def _grad_sync(self, enabled: bool) -> Iterator[None]:
+        """Context for one slice's forward+backward; ``enabled`` on the last slice only."""
+        yield
+
+    def _reduce_grads(self) -> None:
+        """Average gradients across data replicas, if backward did not already."""
+
+    def _autocast(self):
+        if self.spec.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.spec.precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            # Skips the step when the scaled gradients overflowed, then adjusts the scale.
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+
+    def _data_mean(self, value: torch.Tensor) -> float:
+        if self.data_world_size > 1:
+            value = value.clone()
+            dist.all_reduce(value, group=self.data_group)
+            value /= self.data_world_size
+        return value.item()  # a CPU-GPU sync point, once per step
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """This worker's model and optimizer state (sharded where the strategy shards).
+
+        Keys use the plain model's parameter names whatever the strategy, which is what
+        lets ``trainers.parallel.checkpoint`` load a checkpoint under another layout.
+        """
+        # Flattened optimizer state is keyed by parameter name ("state.<name>.exp_avg",
+        # "param_groups.<name>.lr"). The nested form has one "param_groups" list per
+        # worker under the same key, which a checkpoint keeps only one copy of; that
+        # breaks as soon as workers hold different parameters (pipeline stages).
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=_FLAT_OPTIM)
+        sd = {"model": model_sd, "optimizer": optim_sd, "step": self.step}
+        if self.scaler is not None:
+            sd["scaler"] = self.scaler.state_dict()
+        return sd
+
+    def load_state_dict(self, sd: dict) -> None:
+        set_state_dict(
+            self.module,
+            self.optimizer,
+            model_state_dict=sd["model"],
+            optim_state_dict=sd["optimizer"],
+            options=_FLAT_OPTIM,
+        )
+        self.step = int(sd["step"])
+        if self.scaler is not None and "scaler" in sd:
+            self.scaler.load_state_dict(sd["scaler"])
+
+    def full_model_state_dict(self) -> dict[str, torch.Tensor]:
+        """Unsharded CPU weights under the plain model's names on global rank 0, ``{}`` elsewhere.
+
+        A collective: every worker must call it. Load the result into a plain model with
+        ``model.load_state_dict``.
+        """
+        return get_model_state_dict(
+            self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+
+    def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Load unsharded weights (e.g. from a single-process run); every worker passes them."""
+        # A copy: loading renames the keys of the dict it is given (e.g. DDP's "module." prefix).
+        set_model_state_dict(self.module, dict(sd), options=StateDictOptions(full_state_dict=True))
+
+    # -- accounting ----------------------------------------------------------------
+
+    def local_state_bytes(self) -> int:
+        """Bytes of parameters plus optimizer state held by this worker."""
+        total = sum(local_tensor(p).nbytes for p in self.module.parameters())
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    total += local_tensor(value).nbytes
+        return total
+
+
+def allreduce_mean(tensors: Iterable[torch.Tensor], group: dist.ProcessGroup) -> int:
+    """Average ``tensors`` in place across ``group`` in one flat collective; return bytes sent."""
+    tensors = list(tensors)
+    if not tensors:
+        return 0
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat, group=group)
+    flat /= dist.get_world_size(group)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return flat.nbytes
+
+
+def local_grads(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
+    """Each parameter's local gradient, created as zeros where backward left none.
+
+    Every replica must contribute tensors in the same order and shapes to one flat
+    all-reduce, even if a parameter happened not to be used on some replica.
+    """
+    grads = []
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(local_tensor(p.grad))
+    return grads
+
+
+def broadcast_from_data_rank0(module: nn.Module, mesh: DeviceMesh) -> None:
+    """Make every data replica start from data-rank 0's weights.
+
+    Replicas built from the same seed already agree; this guards against a worker that
+    built its model differently, which would otherwise train silently apart.
+    """
+    data_mesh = mesh["data"]
+    if data_mesh.size() == 1:
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(local_tensor(t.data), group=data_mesh.get_group(), group_src=0)

@@ -1,0 +1,168 @@
+"""Pipeline parallelism: consecutive blocks on consecutive workers.
+
+Stage ``s`` of ``S`` keeps a contiguous run of the GPT's blocks (earlier stages take
+the remainder when the blocks do not divide evenly, since the last stage also runs
+the head); stage 0 also keeps the embeddings, the last stage the final norm and head.
+Everything else is dropped from the worker's copy of the model, and the names of
+what is kept do not change, so checkpoints line up with the plain model's.
+
+Each batch is cut into ``pipeline.microbatches`` microbatches that flow through the
+stages under ``torch.distributed.pipelining``'s GPipe or 1F1B schedule, which sends
+activations forward and their gradients back between neighbouring stages. The
+schedule averages gradients over microbatches, so one step equals one step on the
+whole batch. The last stage computes the loss; it is broadcast so every worker
+returns the same number.
+
+With a data axis, each stage averages its gradients with the same stage of the other
+replicas after the schedule (``bytes_communicated`` counts that). Every worker of one
+pipeline must get the same batch. A stage fixes its activation shapes the first time it
+runs, so each batch shape (a last partial batch, an evaluation batch) gets its own stage
+and schedule, built on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from api.parallelism import ParallelismSpec
+from trainers.parallel.base import (
+    LossFn,
+    OptimizerFactory,
+    ParallelModel,
+    allreduce_mean,
+    broadcast_from_data_rank0,
+    local_grads,
+    mesh_device,
+    split_batch,
+)
+
+
+def split_gpt_for_stage(model: nn.Module, stage_index: int, num_stages: int) -> nn.Module:
+    """Drop, in place, every part of a ``trainers.gpt.GPT`` that this stage does not run."""
+    names = list(model.blocks.keys())
+    if len(names) < num_stages:
+        raise ValueError(
+            f"{num_stages} pipeline stages but the model has {len(names)} blocks; "
+            "lower parallelism.pipeline.stages"
+        )
+    per_stage, extra = divmod(len(names), num_stages)
+    start = stage_index * per_stage + min(stage_index, extra)
+    stop = start + per_stage + (1 if stage_index < extra else 0)
+    for name in names[:start] + names[stop:]:
+        del model.blocks[name]
+    if stage_index != 0:
+        model.tok_emb = None
+        model.pos_emb = None
+    if stage_index != num_stages - 1:
+        model.ln_f = None
+        model.lm_head = None
+    return model
+
+
+class PipelineParallelModel(ParallelModel):
+    strategy = "pipeline"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        mesh: DeviceMesh,
+        spec: ParallelismSpec,
+        optimizer_factory: OptimizerFactory,
+        loss_fn: LossFn,
+    ):
+        pp_mesh = mesh["pipeline"]
+        self.num_stages = pp_mesh.size()
+        self.pp_group = pp_mesh.get_group()
+        stage_index = pp_mesh.get_local_rank()
+        split_gpt_for_stage(model, stage_index, self.num_stages)
+        model.to(mesh_device(mesh))
+        broadcast_from_data_rank0(model, mesh)
+        super().__init__(model, mesh, spec, optimizer_factory, loss_fn)
+        self.stage_index = stage_index
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == self.num_stages - 1
+        self._schedules: dict[tuple[int, ...], ScheduleGPipe | Schedule1F1B] = {}
+
+    def _schedule_for(self, shape: torch.Size) -> ScheduleGPipe | Schedule1F1B:
+        # Every worker of the pipeline sees the same batch, so they all build the stage
+        # for a new shape at the same step.
+        key = tuple(shape)
+        if key not in self._schedules:
+            stage = PipelineStage(
+                self.module, self.stage_index, self.num_stages, self.device, group=self.pp_group
+            )
+            schedule_cls = ScheduleGPipe if self.spec.pipeline.schedule == "gpipe" else Schedule1F1B
+            self._schedules[key] = schedule_cls(
+                stage, n_microbatches=self.spec.pipeline.microbatches, loss_fn=self.loss_fn
+            )
+        return self._schedules[key]
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        self.module.train()
+        losses = self._run(self._schedule_for(inputs.shape).step, inputs, targets)
+        self._reduce_grads()
+        self._optimizer_step()
+        return self._data_mean(self._pipeline_loss(losses))
+
+    @torch.no_grad()
+    def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        self.module.eval()
+        try:
+            losses = self._run(self._schedule_for(inputs.shape).eval, inputs, targets)
+        finally:
+            self.module.train()
+        return self._data_mean(self._pipeline_loss(losses))
+
+    def _run(
+        self, schedule_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> list[torch.Tensor]:
+        split_batch(inputs, self.spec.pipeline.microbatches, "pipeline.microbatches")
+        # Only the first stage reads the tokens and only the last the targets; the
+        # schedule cuts both into microbatches itself.
+        args = (inputs.to(self.device),) if self.is_first else ()
+        target = targets.to(self.device) if self.is_last else None
+        losses: list[torch.Tensor] = []
+        # Backward runs inside the schedule, so it sits in the autocast context too;
+        # autocast only affects forward ops, backward reuses their recorded dtypes.
+        with self._autocast():
+            schedule_fn(
+                *args,
+                target=target,
+                losses=losses if self.is_last else None,
+                return_outputs=False,
+            )
+        return losses
+
+    def _pipeline_loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
+        if self.is_last:
+            loss = torch.stack(losses).detach().float().mean()
+        else:
+            loss = torch.zeros((), device=self.device)
+        dist.broadcast(loss, group=self.pp_group, group_src=self.num_stages - 1)
+        return loss
+
+    def _reduce_grads(self) -> None:
+        if self.data_world_size > 1:
+            grads = local_grads(self.module.parameters())
+            self.comm.bytes += allreduce_mean(grads, self.data_group)
+
+    def full_model_state_dict(self) -> dict[str, torch.Tensor]:
+        local = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        parts: list | None = [None] * self.num_stages if self.is_first else None
+        dist.gather_object(local, parts, group=self.pp_group, group_dst=0)
+        if dist.get_rank() != 0:
+            return {}
+        merged: dict[str, torch.Tensor] = {}
+        for part in parts:
+            merged.update(part)
+        return merged
+
+    def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        own = self.module.state_dict().keys()
+        self.module.load_state_dict({k: sd[k] for k in own})
