@@ -19,6 +19,7 @@ import httpx
 from api.schemas import ClusterInfo, NodeInfo, TrainSpec
 
 DRIVER_ENTRYPOINT = "python -m trainers.driver"
+WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
 
 
 class ClusterUnavailable(Exception):
@@ -69,6 +70,7 @@ class RayBackend:
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
         if spec.working_dir:
             runtime_env["working_dir"] = spec.working_dir
+        runtime_env.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
         try:
             return self.jobs.submit_job(
                 entrypoint=DRIVER_ENTRYPOINT,

@@ -1,0 +1,111 @@
+"""Overhead of raydock over raw Ray Train and vanilla torch DDP, measured side by side.
+
+    .venv/bin/python -m bench.overhead            # BENCH_STEPS=400 by default
+
+Runs one 2-worker DDP workload (bench/workload.py) three ways on this machine:
+(a) vanilla torch DDP (2 processes, gloo), (b) a raw ``TorchTrainer.fit`` on a Ray
+cluster, (c) a raydock job submitted over REST to a server on the same cluster. Prints
+walls, steady-state step times, their ratios, and POST -> first metric latency on a
+warm cluster (a job has run before).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench import workload
+from service.local_cluster import free_ports, start_head
+from tests.servers import ServerProcess
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def vanilla() -> dict:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_ports(1)[0]
+    t0 = time.perf_counter()
+    procs = [ctx.Process(target=workload.vanilla_worker, args=(r, 2, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    result = out.get(timeout=600)
+    for p in procs:
+        p.join()
+    return {"wall_s": time.perf_counter() - t0, **result}
+
+
+def raw_trainer(gcs_address: str, storage: str) -> dict:
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    ray.init(address=gcs_address, log_to_driver=False)
+    try:
+        t0 = time.perf_counter()
+        trainer = TorchTrainer(
+            workload.ray_train_loop,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=storage, name=f"raw-{time.time_ns()}"),
+        )
+        result = trainer.fit()
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    return {"wall_s": wall, **{k: result.metrics.get(k) for k in ("steady_step_s", "nice", "threads")}} if result.metrics else {"wall_s": wall}
+
+
+def raydock_job(url: str, **config) -> dict:
+    http = httpx.Client(base_url=url, timeout=30)
+    spec = {"name": "bench", "entrypoint": "bench.workload:ray_train_loop", "working_dir": str(BENCH_DIR.parent), "scaling": {"num_workers": 2}, "config": config}
+    t0 = time.perf_counter()
+    job_id = http.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
+    first_metric = None
+    while True:
+        if first_metric is None and http.get(f"/v1/jobs/{job_id}/metrics").json():
+            first_metric = time.perf_counter() - t0
+        job = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    if job["status"] != "SUCCEEDED":
+        raise RuntimeError(f"bench job {job['status']}: {job['error']}")
+    last = http.get(f"/v1/jobs/{job_id}/metrics").json()[-1]["metrics"]
+    return {"wall_s": wall, "first_metric_s": first_metric, **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")}}
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        head = start_head(Path(tmp) / "ray", num_cpus=2)
+        server = ServerProcess(Path(tmp) / "server", head.dashboard_url).start()
+        try:
+            print(f"workload: 2 workers, {workload.STEPS} steps; warming the cluster...", flush=True)
+            raydock_job(server.url)  # warm-up: worker processes, imports, runtime env cache
+            a = vanilla()
+            b = raw_trainer(head.gcs_address, str(Path(tmp) / "storage"))
+            c = raydock_job(server.url)
+            d = raydock_job(server.url, renice=True)
+        finally:
+            server.stop()
+            head.stop()
+    rows = [("(a) vanilla torch DDP", a), ("(b) raw TorchTrainer.fit", b), ("(c) raydock REST job", c), ("(d) (c) + workers at nice 0", d)]
+    print(f"\n{'variant':28} {'wall s':>8} {'steady step ms':>15} {'nice':>5} {'threads':>8}")
+    for name, r in rows:
+        print(f"{name:28} {r['wall_s']:8.2f} {1000 * (r.get('steady_step_s') or float('nan')):15.3f} {r.get('nice')!s:>5} {r.get('threads')!s:>8}")
+    print()
+    print(f"wall (c)/(b)                  {c['wall_s'] / b['wall_s']:.3f}   (target <= 1.05)")
+    print(f"steady step (c)/(a)           {c['steady_step_s'] / a['steady_step_s']:.3f}   (target <= 1.05)")
+    print(f"steady step (b)/(a)           {b['steady_step_s'] / a['steady_step_s']:.3f}")
+    print(f"steady step (d)/(a)           {d['steady_step_s'] / a['steady_step_s']:.3f}")
+    print(f"POST -> first metric          {c['first_metric_s']:.2f} s (target <= 5 s, warm cluster)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
