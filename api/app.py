@@ -108,9 +108,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ok"}
 
     @v1.post("/jobs", status_code=202, response_model=JobPublic, tags=["jobs"])
-    def submit_job(service: Service, spec: Annotated[JobSpec, Body()]) -> JobPublic:
+    def submit_job(
+        service: Service,
+        spec: Annotated[JobSpec, Body()],
+        response: Response,
+        idempotency_key: Annotated[
+            str | None, Header(max_length=200, description="Retries with the same key return the same job instead of a new one.")
+        ] = None,
+    ) -> JobPublic:
         """Record a job and queue it; it starts on the cluster as soon as it fits."""
-        return service.submit(spec)
+        job, created = service.submit(spec, idempotency_key)
+        if not created:
+            response.status_code = 200
+        return job
 
     @v1.get("/jobs", response_model=JobList, tags=["jobs"])
     def list_jobs(
@@ -135,6 +145,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @v1.post("/jobs/{job_id}/cancel", response_model=JobPublic, tags=["jobs"])
     def cancel_job(service: Service, job_id: str) -> JobPublic:
         return service.cancel(job_id)
+
+    @v1.post("/jobs/{job_id}/resume", response_model=JobPublic, tags=["jobs"])
+    def resume_job(service: Service, job_id: str) -> JobPublic:
+        """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
+        return service.resume(job_id)
 
     @v1.delete("/jobs/{job_id}", status_code=204, tags=["jobs"])
     def delete_job(service: Service, job_id: str) -> Response:

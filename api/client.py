@@ -56,12 +56,14 @@ class Client:
 
     # ------------------------------------------------------------------ jobs
 
-    def submit(self, spec: JobSpec | dict[str, Any]) -> "Job":
-        """Submit a job. A dict is validated locally first, so typos fail before the network."""
+    def submit(self, spec: JobSpec | dict[str, Any], idempotency_key: str | None = None) -> "Job":
+        """Submit a job. A dict is validated locally first, so typos fail before the network.
+        With ``idempotency_key``, a retried submit returns the job the first one created."""
         if isinstance(spec, dict):
             spec = parse_job_spec(spec)
         body = spec.model_dump(mode="json", exclude_unset=False)
-        return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body).json()))
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers=headers).json()))
 
     def job(self, job_id: str) -> "Job":
         return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))
@@ -108,6 +110,11 @@ class Job:
 
     def cancel(self) -> "Job":
         self.info = JobPublic.model_validate(self.client.request("POST", f"/v1/jobs/{self.id}/cancel").json())
+        return self
+
+    def resume(self) -> "Job":
+        """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
+        self.info = JobPublic.model_validate(self.client.request("POST", f"/v1/jobs/{self.id}/resume").json())
         return self
 
     def delete(self) -> None:

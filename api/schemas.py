@@ -5,7 +5,8 @@ given to ``raydock submit`` are all the same ``JobSpec``. Every model forbids un
 fields so a typo fails loudly, and every field carries a description that feeds the
 OpenAPI page, the SDK docs and the CLI.
 
-This module imports nothing internal and nothing heavy (no torch, no ray, no fastapi).
+This module imports nothing heavy (no torch, no ray, no fastapi) and nothing internal
+but ``api.parallelism``, the ``parallelism`` section and its cross-field checks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from api.parallelism import ParallelismSpec, resolve_mesh, validate_parallelism
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -44,7 +55,30 @@ class CNNModel(Strict):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout before the classifier.")
 
 
-ModelSpec = Annotated[Union[MLPModel, CNNModel], Field(discriminator="type")]
+class GPTModel(Strict):
+    type: Literal["gpt"] = Field(
+        description=(
+            "A small decoder-only transformer over characters; the model the tensor, "
+            "pipeline and hybrid strategies can split. Trains on `data: {source: text}`."
+        )
+    )
+    n_layer: int = Field(default=2, ge=1, le=256, description="Transformer blocks (what pipeline stages split).")
+    n_head: int = Field(default=2, ge=1, le=256, description="Attention heads per block (what tensor parallelism splits).")
+    d_model: int = Field(default=32, ge=1, le=16_384, description="Width of the residual stream; a multiple of n_head.")
+    seq_len: int = Field(default=32, ge=2, le=8192, description="Context length in characters.")
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout in attention and MLP outputs.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "GPTModel":
+        if self.d_model % self.n_head:
+            raise ValueError(
+                f"model.d_model ({self.d_model}) must be a multiple of model.n_head "
+                f"({self.n_head}) so every head gets the same width"
+            )
+        return self
+
+
+ModelSpec = Annotated[Union[MLPModel, CNNModel, GPTModel], Field(discriminator="type")]
 
 
 # ----------------------------------------------------------------------------- data
@@ -80,7 +114,29 @@ class TabularData(Strict):
     val_fraction: float = Field(default=0.2, gt=0.0, lt=1.0, description="Share held out for validation.")
 
 
-DataSpec = Annotated[Union[DigitsData, SyntheticData, TabularData], Field(discriminator="source")]
+class TextData(Strict):
+    source: Literal["text"] = Field(
+        description=(
+            "A character corpus generated locally from a small English grammar "
+            "(deterministic by seed; no download). The last 10% is held out for validation."
+        )
+    )
+    n_chars: int = Field(
+        default=64 * 1024, ge=1024, le=100_000_000, description="Length of the generated corpus in characters."
+    )
+    val_batches: int = Field(
+        default=4, ge=1, le=10_000, description="Validation batches evaluated at each report."
+    )
+
+    def block_counts(self, seq_len: int) -> tuple[int, int]:
+        """(train, val) windows of ``seq_len`` characters, as ``trainers.text_data`` cuts them."""
+        cut = int(self.n_chars * 0.9)
+        return (cut - 1) // seq_len, (self.n_chars - cut - 1) // seq_len
+
+
+DataSpec = Annotated[
+    Union[DigitsData, SyntheticData, TabularData, TextData], Field(discriminator="source")
+]
 
 
 # ----------------------------------------------------------------------------- training knobs
@@ -104,13 +160,26 @@ class CheckpointSpec(Strict):
     every_n_steps: int | None = Field(
         default=None, ge=1, description="Also save every N optimizer steps (useful with max_steps)."
     )
-    keep: int = Field(default=2, ge=1, le=1000, description="How many recent checkpoints to keep.")
+    keep: int = Field(
+        default=2, ge=1, le=1000,
+        description="How many checkpoints to keep: the most recent, or with `score_metric` the best N (the latest is always kept too).",
+    )  # fmt: skip
+    score_metric: str | None = Field(
+        default=None, description="Reported metric that ranks checkpoints for retention, e.g. `val_acc`."
+    )
+    score_mode: Literal["min", "max"] = Field(default="max", description="Whether a higher or lower score_metric is better.")
 
 
 class FailureSpec(Strict):
     max_retries: int = Field(
         default=0, ge=0, le=100, description="Worker failures tolerated; each retry resumes from the last checkpoint."
     )
+
+
+# Strategies the built-in classifiers (mlp, cnn) can run with: they have no heads to
+# split and no layer stack worth cutting into stages.
+CLASSIFIER_STRATEGIES = frozenset({"ddp", "fsdp"})
+OPTIONAL_PARALLELISM_SECTIONS = ("pipeline", "tensor_degree", "mesh", "parameter_server")
 
 
 class TrainSpec(Strict):
@@ -148,9 +217,26 @@ class TrainSpec(Strict):
         default=None, ge=1, le=100_000_000, description="Stop after this many optimizer steps."
     )
     seed: int = Field(default=0, ge=0, description="Seed for init, data split and shuffling.")
+    priority: int = Field(
+        default=0, ge=-1000, le=1000, description="Queue priority: higher starts first; equal priorities start in arrival order."
+    )
+    max_runtime_s: float | None = Field(
+        default=None, gt=0, description="Fail the job (cause TIMEOUT) if it runs longer than this many seconds."
+    )
+    scheduling_timeout_s: float | None = Field(
+        default=None, gt=0,
+        description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
+    )  # fmt: skip
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Workers and resources.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
     failure: FailureSpec = Field(default_factory=FailureSpec, description="Retries on worker failure.")
+    parallelism: ParallelismSpec = Field(
+        default_factory=ParallelismSpec,
+        description=(
+            "How the model and batches are spread over the workers: strategy (ddp, fsdp, "
+            "tensor, pipeline, hybrid), precision, gradient accumulation and compression."
+        ),
+    )
 
     @field_validator("entrypoint")
     @classmethod
@@ -169,15 +255,117 @@ class TrainSpec(Strict):
             if self.epochs is None and self.max_steps is None:
                 self.epochs = 5
             if self.data is None:
-                self.data = DigitsData(source="digits")
+                self.data = TextData(source="text") if isinstance(self.model, GPTModel) else DigitsData(source="digits")
+            self._check_model_data()
+        problems = self._parallelism_problems()
+        if problems:
+            raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
         return self
+
+    def _check_model_data(self) -> None:
+        if isinstance(self.model, GPTModel) and not isinstance(self.data, TextData):
+            raise ValueError(
+                f"data.source: model.type gpt reads characters, not {self.data.source} rows. "
+                "Use data: {source: text}."
+            )
+        if isinstance(self.data, TextData) and not isinstance(self.model, GPTModel):
+            raise ValueError(
+                f"data.source: the text corpus is read by model.type gpt only, not {self.model.type}. "
+                "Use model: {type: gpt} or a tabular source."
+            )
+
+    def _parallelism_problems(self) -> list[tuple[str, str]]:
+        """Every ``(dotted_path, message)`` problem of ``parallelism`` with the rest of the job."""
+        par = self.parallelism
+        gpt = self.model if isinstance(self.model, GPTModel) else None
+        problems = validate_parallelism(
+            par,
+            num_workers=self.scaling.num_workers,
+            use_gpu=self.scaling.use_gpu,
+            n_layers=gpt.n_layer if gpt else None,
+            n_heads=gpt.n_head if gpt else None,
+            user_code=self.is_user_code,
+        )
+        if self.model is not None and gpt is None and par.strategy not in CLASSIFIER_STRATEGIES:
+            problems.append((
+                "parallelism.strategy",
+                f"strategy {par.strategy} splits a transformer's attention heads or layers; "
+                f"model.type {self.model.type} has neither. Use ddp or fsdp, or model.type gpt.",
+            ))
+        if self.is_user_code and not self.default_parallelism and "parallelism" in self.config:
+            problems.append((
+                "config.parallelism",
+                "user code receives the job's parallelism section as config['parallelism']; "
+                "rename your own config key or drop the parallelism section.",
+            ))
+        if self.model is None or problems:
+            return problems
+        if self.batch_size % par.grad_accumulation_steps:
+            problems.append((
+                "parallelism.grad_accumulation_steps",
+                f"batch_size {self.batch_size} does not split into {par.grad_accumulation_steps} "
+                "equal slices. Make batch_size a multiple of grad_accumulation_steps.",
+            ))
+        if gpt is not None:
+            problems += self._text_batch_problems(gpt)
+        return problems
+
+    def _text_batch_problems(self, gpt: "GPTModel") -> list[tuple[str, str]]:
+        par = self.parallelism
+        mesh = resolve_mesh(par, self.scaling.num_workers)
+        problems: list[tuple[str, str]] = []
+        if mesh.pipeline > 1 and self.batch_size % par.pipeline.microbatches:
+            problems.append((
+                "parallelism.pipeline.microbatches",
+                f"batch_size {self.batch_size} does not split into {par.pipeline.microbatches} "
+                "microbatches. Make batch_size a multiple of pipeline.microbatches.",
+            ))
+        # One global batch is batch_size rows for each data replica.
+        global_batch = self.batch_size * mesh.data
+        train_blocks, val_blocks = self.data.block_counts(gpt.seq_len)
+        if min(train_blocks, val_blocks) < global_batch:
+            need = int(global_batch * gpt.seq_len / 0.1) + gpt.seq_len + 1
+            problems.append((
+                "data.n_chars",
+                f"{self.data.n_chars} characters give {val_blocks} validation windows of "
+                f"{gpt.seq_len}, fewer than one global batch of {global_batch} "
+                f"(batch_size {self.batch_size} x {mesh.data} data replicas). Raise "
+                f"data.n_chars to at least {need} or lower batch_size.",
+            ))
+        return problems
+
+    @field_serializer("parallelism")
+    def _dump_parallelism(self, par: ParallelismSpec) -> dict[str, Any]:
+        # Optional sections appear only when given: a dumped spec must validate again
+        # (the job driver re-reads it), and a section the strategy does not read is refused.
+        dumped = par.model_dump(mode="json")
+        for section in OPTIONAL_PARALLELISM_SECTIONS:
+            if section not in par.model_fields_set:
+                dumped.pop(section)
+        return dumped
 
     @property
     def is_user_code(self) -> bool:
         return self.entrypoint is not None
 
+    @property
+    def default_parallelism(self) -> bool:
+        """Plain data parallelism in fp32 with no accumulation or compression."""
+        return self.parallelism.model_dump() == ParallelismSpec().model_dump()
 
-JobSpec = TrainSpec
+
+# --- tune jobs: a TuneSpec (api/tune_schemas.py) wraps a TrainSpec, so it joins the union here;
+# a spec without `kind` is a training job.
+from pydantic import Discriminator, Tag  # noqa: E402
+
+from api.tune_schemas import TuneSpec, job_kind  # noqa: E402
+
+TuneSpec.model_rebuild()
+JobSpec = Annotated[
+    Union[Annotated[TrainSpec, Tag("train")], Annotated[TuneSpec, Tag("tune")]],
+    Discriminator(job_kind, custom_error_type="invalid_kind", custom_error_message="kind must be train (the default) or tune"),
+]
+# --- end tune jobs
 job_spec_adapter: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 
 
@@ -206,6 +394,7 @@ class FailureCause(str, enum.Enum):
     USER_CODE = "USER_CODE"  # the training code raised
     NO_RESOURCES = "NO_RESOURCES"  # the cluster could not give what the job asked for
     INFRASTRUCTURE = "INFRASTRUCTURE"  # Ray, the node, or raydock itself failed
+    TIMEOUT = "TIMEOUT"  # the job ran past its max_runtime_s
 
 
 # ----------------------------------------------------------------------------- responses
@@ -237,6 +426,16 @@ class JobPublic(BaseModel):
     attempt: int = Field(default=0, description="Number of times the job has been started.")
     ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
     latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
+    queue_position: int | None = Field(default=None, description="1-based place in the queue while QUEUED.")
+    restarts: list["RestartInfo"] = Field(
+        default_factory=list, description="Worker-group restarts from checkpoint within the job's attempts, with why."
+    )
+
+
+class RestartInfo(BaseModel):
+    attempt: int = Field(description="The job attempt (Ray job submission) it happened in.")
+    at: float = Field(description="Unix time of the failure.")
+    reason: str = Field(description="The worker failure that caused the restart.")
 
 
 class JobList(BaseModel):
@@ -248,6 +447,7 @@ class JobList(BaseModel):
 
 class MetricPoint(BaseModel):
     seq: int = Field(description="Position in the job's report sequence (0-based, gap-free).")
+    attempt: int = Field(default=1, description="The job attempt that reported it (resume starts a new one).")
     ts: float = Field(description="Unix time the report was made.")
     step: int | None = None
     epoch: int | None = None

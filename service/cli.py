@@ -240,6 +240,17 @@ def cancel(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
 
 
 @app.command()
+def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+    """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id).resume()
+        except RaydockError as exc:
+            _fail(exc.message)
+        console.print(f"{job.id} {job.status.value} ({job.info.status_reason})")
+
+
+@app.command()
 def checkpoints(
     job_id: str,
     download: Annotated[Optional[int], typer.Option(help="Download this checkpoint id.")] = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import CapacityExceeded, Conflict, InvalidSpec, NotFound
@@ -25,15 +26,16 @@ from api.schemas import (
     JobSpec,
     JobStatus,
     MetricPoint,
+    RestartInfo,
 )
 from service import lifecycle, storage
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
-from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow
+from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, utcnow
 from trainers.events import parse_line
 
 
-def to_public(job: JobRow) -> JobPublic:
+def to_public(job: JobRow, queue_position: int | None = None) -> JobPublic:
     return JobPublic(
         id=job.id,
         name=job.name,
@@ -50,7 +52,14 @@ def to_public(job: JobRow) -> JobPublic:
         attempt=job.attempt,
         ray_job_id=job.ray_job_id,
         latest_metrics=job.latest_metrics,
+        queue_position=queue_position if job.status == JobStatus.QUEUED.value else None,
+        restarts=[RestartInfo(**r) for r in (job.restarts or [])],
     )
+
+
+def queue_order(query):
+    """The one queue order: priority first, then arrival."""
+    return query.order_by(JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
 
 
 def demand(spec: JobSpec) -> tuple[float, float]:
@@ -115,7 +124,11 @@ class JobService:
                 details=[{"loc": ["entrypoint"], "msg": "module not found"}],
             )
 
-    def submit(self, spec: JobSpec) -> JobPublic:
+    def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobPublic, bool]:
+        """Record a job; returns it and whether it was created (False: the same
+        Idempotency-Key was seen before, and this is that job)."""
+        if idempotency_key and (existing := self._by_key(idempotency_key)) is not None:
+            return existing, False
         self.validate(spec)
         job = JobRow(
             id="j" + uuid.uuid4().hex[:11],
@@ -126,11 +139,25 @@ class JobService:
             labels=spec.labels,
             spec=spec.model_dump(mode="json"),
             events_token=secrets.token_urlsafe(24),
+            priority=getattr(spec, "priority", 0),
+            idempotency_key=idempotency_key,
+            queued_at=utcnow(),
         )
-        with self.sessions.begin() as s:
-            s.add(job)
+        try:
+            with self.sessions.begin() as s:
+                s.add(job)
+        except IntegrityError:
+            # A concurrent POST with the same key won the race: answer with its job.
+            if idempotency_key and (existing := self._by_key(idempotency_key)) is not None:
+                return existing, False
+            raise
         self.on_submit()
-        return to_public(job)
+        return self.get(job.id), True
+
+    def _by_key(self, key: str) -> JobPublic | None:
+        with self.sessions() as s:
+            job_id = s.scalar(select(JobRow.id).where(JobRow.idempotency_key == key))
+        return self.get(job_id) if job_id else None
 
     # ------------------------------------------------------------------ read
 
@@ -140,9 +167,14 @@ class JobService:
             raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
         return job
 
+    def _positions(self, s: Session) -> dict[str, int]:
+        queued = s.scalars(queue_order(select(JobRow.id).where(JobRow.status == JobStatus.QUEUED.value))).all()
+        return {job_id: i + 1 for i, job_id in enumerate(queued)}
+
     def get(self, job_id: str) -> JobPublic:
         with self.sessions() as s:
-            return to_public(self._job(s, job_id))
+            job = self._job(s, job_id)
+            return to_public(job, self._positions(s).get(job_id) if job.status == JobStatus.QUEUED.value else None)
 
     def list(self, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int) -> JobList:
         with self.sessions() as s:
@@ -152,13 +184,15 @@ class JobService:
             rows = s.scalars(q.order_by(JobRow.created_at.desc(), JobRow.id)).all()
             # Label filters are few and jobs per page small; filtering here keeps the SQL portable.
             rows = [r for r in rows if all((r.labels or {}).get(k) == v for k, v in labels.items())]
-            return JobList(items=[to_public(r) for r in rows[offset : offset + limit]], total=len(rows), limit=limit, offset=offset)
+            positions = self._positions(s)
+            items = [to_public(r, positions.get(r.id)) for r in rows[offset : offset + limit]]
+            return JobList(items=items, total=len(rows), limit=limit, offset=offset)
 
     def metrics(self, job_id: str, since: int = -1) -> list[MetricPoint]:
         with self.sessions() as s:
             self._job(s, job_id)
             rows = s.scalars(select(MetricRow).where(MetricRow.job_id == job_id, MetricRow.seq > since).order_by(MetricRow.seq))
-            return [MetricPoint(seq=r.seq, ts=r.ts, step=r.step, epoch=r.epoch, metrics=r.values) for r in rows]
+            return [MetricPoint(seq=r.seq, attempt=r.attempt, ts=r.ts, step=r.step, epoch=r.epoch, metrics=r.values) for r in rows]
 
     def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
         """Log text from character ``offset`` on, and the offset after it."""
@@ -209,6 +243,23 @@ class JobService:
                 self.backend.stop(ray_job_id)
             except (ClusterUnavailable, RuntimeError):
                 pass  # the monitor retries the stop while the job is CANCELLING
+        return self.get(job_id)
+
+    def resume(self, job_id: str) -> JobPublic:
+        """A new attempt of a FAILED or CANCELLED job. Ray Train finds the run's
+        checkpoint state under the same storage name, so the loop's
+        ``ray.train.get_checkpoint()`` returns the last checkpoint."""
+        with self.sessions.begin() as s:
+            job = self._job(s, job_id)
+            status = JobStatus(job.status)
+            if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+                raise Conflict(
+                    f"Job {job_id} is {status.value}; only FAILED or CANCELLED jobs can be resumed.", code="job_not_resumable"
+                )
+            has_checkpoint = s.scalar(select(func.count()).select_from(CheckpointRow).where(CheckpointRow.job_id == job_id))
+            reason = "resumed from its last checkpoint" if has_checkpoint else "resumed (no checkpoint yet: starts from scratch)"
+            lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason)
+        self.on_submit()
         return self.get(job_id)
 
     def delete(self, job_id: str) -> None:
@@ -283,8 +334,13 @@ class JobService:
         elif kind == "started":
             if job.status == JobStatus.STARTING.value:
                 lifecycle.transition(s, job, JobStatus.RUNNING, reason="driver started")
-        elif kind == "error":
-            # Recorded now; the status follows when Ray reports the driver's exit.
+        elif kind == "worker_failure":
+            entry = {"attempt": job.attempt, "at": float(event.get("ts", 0.0)), "reason": str(event.get("reason", ""))}
+            if entry not in (job.restarts or []):
+                job.restarts = [*(job.restarts or []), entry]
+        elif kind == "error" and job.status != JobStatus.CANCELLING.value:
+            # Recorded now; the status follows when Ray reports the driver's exit. A job
+            # being stopped keeps the reason it is stopped for.
             job.failure_cause = str(event.get("cause") or FailureCause.INFRASTRUCTURE.value)
             job.error = f"{event.get('message', '')}\n\n{event.get('traceback', '')}".strip()
 

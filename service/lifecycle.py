@@ -15,8 +15,8 @@ LEGAL: dict[JobStatus, set[JobStatus]] = {
     S.RUNNING: {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
     S.CANCELLING: {S.CANCELLED, S.SUCCEEDED, S.FAILED},
     S.SUCCEEDED: set(),
-    S.FAILED: set(),
-    S.CANCELLED: set(),
+    S.FAILED: {S.QUEUED},  # resume: a new attempt from the last checkpoint
+    S.CANCELLED: {S.QUEUED},
 }
 
 
@@ -50,6 +50,9 @@ def transition(
     now = utcnow()
     if target == S.RUNNING and job.started_at is None:
         job.started_at = now
+    if target == S.QUEUED:
+        job.queued_at = now
+        job.finished_at = job.failure_cause = job.error = None
     if target.is_terminal():
         job.finished_at = now
     if target == S.FAILED:

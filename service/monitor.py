@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from datetime import datetime, timezone
 
 from sqlalchemy import select
 
 from api.schemas import FailureCause, JobStatus, parse_job_spec
 from service import lifecycle
-from service.jobs import JobService, demand, spec_env
+from service.jobs import JobService, demand, queue_order, spec_env
 from service.ray_backend import ClusterUnavailable
-from service.store import JobRow
+from service.store import JobRow, utcnow
 
 log = logging.getLogger("raydock.monitor")
 
@@ -33,6 +35,7 @@ class Monitor:
         self.backend = service.backend
         self.interval = service.settings.monitor_interval_s
         self._wake: asyncio.Event | None = None
+        self._unreachable_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self) -> None:
@@ -62,15 +65,51 @@ class Monitor:
             try:
                 self.follow(job_id)
             except ClusterUnavailable as exc:
-                log.warning("cannot reach Ray to follow %s: %s", job_id, exc)
+                self._cluster_unreachable(active, exc)
                 return
+        self._unreachable_since = None
         self.admit()
 
+    def _cluster_unreachable(self, active: list[str], exc: Exception) -> None:
+        """A cluster gone for good fails its jobs (history kept); a blip does not."""
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        log.warning("cannot reach Ray: %s", exc)
+        if now - self._unreachable_since < self.service.settings.cluster_lost_after_s:
+            return
+        with self.sessions.begin() as s:
+            for job_id in active:
+                job = s.get(JobRow, job_id)
+                if job is not None and not JobStatus(job.status).is_terminal():
+                    lifecycle.transition(
+                        s, job, JobStatus.FAILED, cause=FailureCause.INFRASTRUCTURE,
+                        reason=f"the Ray cluster has been unreachable for {self.service.settings.cluster_lost_after_s:g}s",
+                        error=str(exc),
+                    )  # fmt: skip
+
+    def _missed_scheduling_deadline(self, job: JobRow) -> bool:
+        timeout = parse_job_spec(job.spec).scheduling_timeout_s
+        if timeout is None or job.queued_at is None or (utcnow() - _aware(job.queued_at)).total_seconds() <= timeout:
+            return False
+        with self.sessions.begin() as s:
+            row = s.get(JobRow, job.id)
+            if row is not None and row.status == JobStatus.QUEUED.value:
+                lifecycle.transition(
+                    s, row, JobStatus.FAILED, cause=FailureCause.NO_RESOURCES,
+                    reason=f"no resources within scheduling_timeout_s={timeout:g}",
+                    error=f"The cluster could not start the job within {timeout:g}s ({row.status_reason}). "
+                    "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
+                )  # fmt: skip
+        return True
+
     def admit(self) -> None:
-        """Start queued jobs, oldest first, while the cluster has room for them."""
+        """Start queued jobs in queue order (priority, then arrival) while the cluster
+        has room; fail those whose scheduling deadline has passed."""
         with self.sessions() as s:
-            queued = s.scalars(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.created_at)).all()
+            queued = s.scalars(queue_order(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value))).all()
             held = [parse_job_spec(j.spec) for j in s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
+        queued = [j for j in queued if not self._missed_scheduling_deadline(j)]
         if not queued:
             return
         try:
@@ -81,11 +120,19 @@ class Monitor:
         # Our own reservations count from submit on; Ray's free count also sees other users.
         free_cpus = min(info.cpus_total - sum(demand(x)[0] for x in held), info.cpus_free)
         free_gpus = min(info.gpus_total - sum(demand(x)[1] for x in held), info.gpus_free)
+        blocked = 0
         for job in queued:
             cpus, gpus = demand(parse_job_spec(job.spec))
-            if cpus > free_cpus or gpus > free_gpus:
-                self._set_reason([job.id], f"waiting for resources: needs {cpus:g} CPUs / {gpus:g} GPUs, {max(free_cpus, 0):g} / {max(free_gpus, 0):g} free")
-                break  # first come, first served: later jobs do not overtake
+            # Strict queue order: once one job waits, every later one waits behind it.
+            if blocked or cpus > free_cpus or gpus > free_gpus:
+                ahead = f"; {blocked} job(s) ahead of it in the queue" if blocked else ""
+                self._set_reason(
+                    [job.id],
+                    f"waiting for resources: needs {cpus:g} CPUs / {gpus:g} GPUs, "
+                    f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free{ahead}",
+                )
+                blocked += 1
+                continue
             self.start(job.id)
             free_cpus, free_gpus = free_cpus - cpus, free_gpus - gpus
 
@@ -142,6 +189,9 @@ class Monitor:
         if current == JobStatus.CANCELLING and not target.is_terminal():
             self.backend.stop(submission_id)  # a stop lost to a restart is asked again
             return
+        if not target.is_terminal() and self._past_max_runtime(job_id):
+            self.backend.stop(submission_id)
+            return
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
             if target == JobStatus.FAILED:
@@ -153,6 +203,8 @@ class Monitor:
                     FailureCause.INFRASTRUCTURE: (state.message or "the job driver failed").splitlines()[0],
                 }[cause]
                 lifecycle.transition(s, job, target, reason=reason, cause=cause, error=error)
+            elif target == JobStatus.CANCELLED and job.failure_cause == FailureCause.TIMEOUT.value:
+                lifecycle.transition(s, job, JobStatus.FAILED, reason="exceeded max_runtime_s", cause=FailureCause.TIMEOUT, error=job.error)
             elif target == JobStatus.CANCELLED:
                 lifecycle.transition(s, job, target, reason="cancelled")
             elif target == JobStatus.SUCCEEDED:
@@ -160,9 +212,26 @@ class Monitor:
             elif target != current and not (current == JobStatus.RUNNING and target == JobStatus.STARTING):
                 lifecycle.transition(s, job, target, reason="driver running" if target == JobStatus.RUNNING else None)
 
+    def _past_max_runtime(self, job_id: str) -> bool:
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            limit = parse_job_spec(job.spec).max_runtime_s
+            if limit is None or job.started_at is None or (utcnow() - _aware(job.started_at)).total_seconds() <= limit:
+                return False
+            # Recorded before the stop, so the STOPPED that follows reads as a timeout.
+            job.failure_cause = FailureCause.TIMEOUT.value
+            job.error = f"The job ran longer than max_runtime_s={limit:g} and was stopped. Raise max_runtime_s if it needs longer."
+            lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s")
+        return True
+
     def _set_reason(self, job_ids: list[str], reason: str) -> None:
         with self.sessions.begin() as s:
             for job_id in job_ids:
                 job = s.get(JobRow, job_id)
                 if job is not None and job.status == JobStatus.QUEUED.value:
                     job.status_reason = reason
+
+
+def _aware(t: datetime) -> datetime:
+    """SQLite returns naive datetimes for what was stored as UTC."""
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
         default=0.2,
         description="Ray Train controller poll interval for jobs; low values surface reports and job ends sooner.",
     )
+    cluster_lost_after_s: float = Field(
+        default=120.0, description="Fail active jobs (INFRASTRUCTURE) once the Ray cluster has been unreachable this long."
+    )
     worker_start_timeout_s: float = Field(default=60.0, description="How long a worker group may take to start.")
 
     @cached_property

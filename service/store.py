@@ -52,6 +52,10 @@ class JobRow(Base):
     events_token: Mapped[str | None] = mapped_column(String(64))
     log_offset: Mapped[int] = mapped_column(Integer, default=0)  # chars of the current attempt's log stored
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    restarts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    queued_at: Mapped[datetime | None]  # when it last entered the queue: the scheduling deadline counts from here
 
 
 class TransitionRow(Base):

@@ -21,7 +21,7 @@ import ray.train
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
-from api.schemas import FailureCause, TabularData, TrainSpec, parse_job_spec
+from api.schemas import FailureCause, GPTModel, TabularData, TrainSpec, parse_job_spec
 from trainers import events
 
 TRACEBACK_TAIL_CHARS = 4000
@@ -33,6 +33,7 @@ class EventCallback(UserCallback):
 
     def __init__(self) -> None:
         self.seq = 0
+        self.failures = 0
 
     def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
         m = dict(metrics[0]) if metrics else {}
@@ -40,6 +41,12 @@ class EventCallback(UserCallback):
         if checkpoint is not None:
             events.emit({"type": "checkpoint", "seq": self.seq, "path": checkpoint.path, "metrics": m})
         self.seq += 1
+
+    def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:
+        rank, exc = next(iter(sorted(worker_exceptions.items())), (None, None))
+        reason = f"worker rank {rank}: {type(exc).__name__}: {exc}".splitlines()[0][:500]
+        events.emit({"type": "worker_failure", "seq": self.failures, "reason": reason})
+        self.failures += 1
 
 
 def load_entrypoint(entrypoint: str) -> Callable[[dict], None]:
@@ -68,16 +75,33 @@ def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
     return {"train": train, "val": val}, {"feature_columns": features, "num_classes": num_classes}
 
 
+def builtin_loop(spec: TrainSpec) -> Callable[[dict], None]:
+    """The per-worker loop for a built-in model and its parallelism."""
+    if isinstance(spec.model, GPTModel):
+        from trainers.lm_loop import train_loop
+
+        return train_loop
+    if not spec.default_parallelism:
+        from trainers.classifier_loop import train_loop
+
+        return train_loop
+    # The default (plain DDP, fp32) keeps Ray's prepare_model path and its checkpoint format.
+    from trainers.loop import train_loop
+
+    return train_loop
+
+
 def build_trainer(spec: TrainSpec, job_id: str, storage_path: str) -> TorchTrainer:
     datasets, data_meta = ({}, {})
     if isinstance(spec.data, TabularData):
         datasets, data_meta = tabular_datasets(spec)
     if spec.is_user_code:
         loop, loop_config = load_entrypoint(spec.entrypoint), dict(spec.config)
+        if not spec.default_parallelism:
+            # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
+            loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]
     else:
-        from trainers.loop import train_loop
-
-        loop, loop_config = train_loop, {"spec": spec.model_dump(mode="json"), "data_meta": data_meta}
+        loop, loop_config = builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta}
     return TorchTrainer(
         loop,
         train_loop_config=loop_config,
@@ -91,7 +115,11 @@ def build_trainer(spec: TrainSpec, job_id: str, storage_path: str) -> TorchTrain
             name=job_id,
             storage_path=storage_path,
             callbacks=[EventCallback()],
-            checkpoint_config=CheckpointConfig(num_to_keep=spec.checkpoint.keep),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=spec.checkpoint.keep,
+                checkpoint_score_attribute=spec.checkpoint.score_metric,
+                checkpoint_score_order=spec.checkpoint.score_mode,
+            ),
             # A bounded controller failure limit: resources that never appear end the job
             # instead of retrying worker-group start-up forever.
             failure_config=FailureConfig(max_failures=spec.failure.max_retries, controller_failure_limit=0),
@@ -126,9 +154,14 @@ def main() -> int:
     storage_path = os.environ["RAYDOCK_STORAGE_PATH"]
     spec = parse_job_spec(json.loads(os.environ["RAYDOCK_JOB_SPEC"]))
     events.emit({"type": "started", "seq": 0, "pid": os.getpid()})
+    if spec.kind == "tune":  # a hyperparameter search: one TorchTrainer per trial (tuning/driver.py)
+        from tuning.driver import run_search
+        return run_search(spec, job_id, storage_path)
     try:
         ray.init(address="auto", log_to_driver=True)
         result = build_trainer(spec, job_id, storage_path).fit()
+    except (KeyboardInterrupt, SystemExit):
+        raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then re-raised as exit 1
         cause, message, tb = classify(exc)
         events.emit({"type": "error", "seq": 0, "cause": cause.value, "message": message, "traceback": tb})

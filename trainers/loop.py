@@ -43,6 +43,15 @@ def build_optimizer(spec: OptimizerSpec, params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
 
 
+def set_hyperparameters(opt: torch.optim.Optimizer, spec: OptimizerSpec) -> None:
+    """Put the spec's hyperparameters back after loading optimizer state, which carries
+    the saving run's: a PBT clone resumes its donor's state with its own perturbed lr."""
+    for group in opt.param_groups:
+        group["lr"], group["weight_decay"] = spec.lr, spec.weight_decay
+        if "momentum" in group:
+            group["momentum"] = spec.momentum
+
+
 class InMemoryData:
     """A built-in dataset: each rank holds its own shard of the training split."""
 
@@ -150,6 +159,7 @@ def train_loop(config: dict) -> None:
     progress = Progress()
     if (checkpoint := ray.train.get_checkpoint()) is not None:
         progress = load_checkpoint(checkpoint, model, opt)
+        set_hyperparameters(opt, spec.optimizer)
 
     max_steps = spec.max_steps or float("inf")
     max_epochs = spec.epochs or 10**9
@@ -183,6 +193,7 @@ def _report(spec, model, opt, progress, data, device, losses, samples, t0, meta,
         "val_loss": val_loss,
         "val_acc": val_acc,
         "samples_per_s": samples * ray.train.get_context().get_world_size() / max(elapsed, 1e-9),
+        "lr": opt.param_groups[0]["lr"],  # the rate in effect: what a search's schedule really did
     }
     if not checkpoint:
         ray.train.report(metrics)
