@@ -26,6 +26,8 @@ from api.schemas import (
     JobStatus,
     MetricPoint,
 )
+from api.elastic_routes import router as elastic_router
+from api.trials_routes import router as trials_router
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
@@ -38,6 +40,7 @@ ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422, 503)}
 
 def _loc(err: dict[str, Any]) -> str:
     parts = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+    parts = parts[1:] if parts[:1] in (["train"], ["tune"]) else parts  # the job kind's union tag
     # Discriminated unions add the tag to the path ("model.mlp.hidden_sizes"); users wrote "model.hidden_sizes".
     return ".".join(parts) or "body"
 
@@ -212,6 +215,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def cluster(service: Service) -> ClusterInfo:
         return service.backend.cluster_info()
 
+    v1.include_router(trials_router)  # a search's trials, lineage and best (api/trials_routes.py)
+    v1.include_router(elastic_router)  # a job's worker count and placement over time (api/elastic_routes.py)
     app.include_router(v1)
 
     # The channel running jobs push their events on; authorised per job, not by the API token.

@@ -23,8 +23,10 @@ from typing import Any
 
 import httpx
 
+from api.elastic import WorkerGroupPublic
 from api.errors import RaydockError, error_from_body
 from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
+from api.tune_schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
 
 
 class Client:
@@ -151,6 +153,33 @@ class Job:
                 r.read()
                 raise error_from_body(r.status_code, r.json())
             yield from r.iter_text()
+
+    def worker_groups(self) -> list[WorkerGroupPublic]:
+        """Each start of the job's workers (first, resize, restart): world size and nodes."""
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/worker-groups").json()
+        return [WorkerGroupPublic.model_validate(g) for g in data]
+
+    # --- a search's trials (kind: tune jobs)
+
+    def trials(self) -> list[TrialPublic]:
+        """A search's trials: status, values, last and best metric, exploits."""
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/trials").json()
+        return [TrialPublic.model_validate(t) for t in data]
+
+    def trial_metrics(self, trial_id: str, since: int = -1) -> list[TrialMetricPoint]:
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/trials/{trial_id}/metrics", params={"since": since}).json()
+        return [TrialMetricPoint.model_validate(m) for m in data]
+
+    def lineage(self) -> list[ExploitPublic]:
+        """PBT's exploits in order: who cloned whom, when, with which new values."""
+        data = self.client.request("GET", f"/v1/jobs/{self.id}/lineage").json()
+        return [ExploitPublic.model_validate(e) for e in data]
+
+    def best(self) -> BestTrialPublic:
+        """The best trial and its values; with its checkpoint once the search ended."""
+        return BestTrialPublic.model_validate(self.client.request("GET", f"/v1/jobs/{self.id}/best").json())
+
+    # --- end of a search's trials
 
     def checkpoints(self) -> list[CheckpointPublic]:
         data = self.client.request("GET", f"/v1/jobs/{self.id}/checkpoints").json()

@@ -26,7 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from api.parallelism import ParallelismSpec, resolve_mesh, validate_parallelism
+from api.elastic import ELASTIC_DEFAULT_MAX_RETRIES, AutoscalerPublic, WorkerRange, coerce_num_workers, elastic_problems
+from api.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec, resolve_mesh, validate_parallelism
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -150,9 +151,38 @@ class OptimizerSpec(Strict):
 
 
 class ScalingSpec(Strict):
-    num_workers: int = Field(default=2, ge=1, le=4096, description="Number of Ray Train workers.")
+    num_workers: int | WorkerRange = Field(
+        default=2,
+        description=(
+            "Number of Ray Train workers, or a range {min, max} for an elastic job: it starts with "
+            "what fits (at least min), grows towards max as capacity appears and shrinks when a node "
+            "is lost, resuming from its last checkpoint each time (see api/elastic.py)."
+        ),
+    )
     use_gpu: bool = Field(default=False, description="Give each worker one GPU and use NCCL.")
     cpus_per_worker: float = Field(default=1.0, gt=0.0, le=512, description="CPUs reserved per worker.")
+    resize_check_interval_s: float = Field(
+        default=60.0, ge=1.0, le=86_400,
+        description="Elastic jobs only: how often a running job checks whether it can grow (each resize restarts its workers).",
+    )  # fmt: skip
+
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _count_or_range(cls, v: Any) -> Any:
+        return coerce_num_workers(v)
+
+    @property
+    def is_elastic(self) -> bool:
+        return isinstance(self.num_workers, WorkerRange)
+
+    @property
+    def min_workers(self) -> int:
+        """What admission and capacity checks count: an elastic job starts with this many."""
+        return self.num_workers.min if self.is_elastic else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers.max if self.is_elastic else self.num_workers
 
 
 class CheckpointSpec(Strict):
@@ -176,9 +206,6 @@ class FailureSpec(Strict):
     )
 
 
-# Strategies the built-in classifiers (mlp, cnn) can run with: they have no heads to
-# split and no layer stack worth cutting into stages.
-CLASSIFIER_STRATEGIES = frozenset({"ddp", "fsdp"})
 OPTIONAL_PARALLELISM_SECTIONS = ("pipeline", "tensor_degree", "mesh", "parameter_server")
 
 
@@ -246,6 +273,19 @@ class TrainSpec(Strict):
         return v
 
     @model_validator(mode="after")
+    def _elastic(self) -> "TrainSpec":
+        problems = elastic_problems(
+            self.scaling.num_workers,
+            strategy=self.parallelism.strategy,
+            model_type=self.model.type if self.model is not None else None,
+        )
+        if problems:
+            raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
+        if self.scaling.is_elastic and "failure" not in self.model_fields_set:
+            self.failure = FailureSpec(max_retries=ELASTIC_DEFAULT_MAX_RETRIES)
+        return self
+
+    @model_validator(mode="after")
     def _one_model_source(self) -> "TrainSpec":
         if (self.model is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of `model` (a built-in) or `entrypoint` (user code)")
@@ -280,13 +320,15 @@ class TrainSpec(Strict):
         gpt = self.model if isinstance(self.model, GPTModel) else None
         problems = validate_parallelism(
             par,
-            num_workers=self.scaling.num_workers,
+            num_workers=self.scaling.max_workers,
             use_gpu=self.scaling.use_gpu,
             n_layers=gpt.n_layer if gpt else None,
             n_heads=gpt.n_head if gpt else None,
             user_code=self.is_user_code,
         )
-        if self.model is not None and gpt is None and par.strategy not in CLASSIFIER_STRATEGIES:
+        if par.strategy == "parameter_server":
+            problems = self._parameter_server_problems(problems)
+        if self.model is not None and gpt is None and par.strategy in MODEL_AWARE_STRATEGIES:
             problems.append((
                 "parallelism.strategy",
                 f"strategy {par.strategy} splits a transformer's attention heads or layers; "
@@ -310,9 +352,23 @@ class TrainSpec(Strict):
             problems += self._text_batch_problems(gpt)
         return problems
 
+    def _parameter_server_problems(self, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        # validate_parallelism lists parameter_server as unavailable everywhere; the
+        # trainer runs it for the built-in classifiers (trainers.parallel.parameter_server),
+        # so that refusal stands only for the GPT and user code, with the reason.
+        others = [p for p in problems if p[0] != "parallelism.strategy"]
+        if isinstance(self.model, (MLPModel, CNNModel)):
+            return others
+        what = "model.type gpt" if self.model is not None else "user code"
+        return others + [(
+            "parallelism.strategy",
+            f"strategy parameter_server runs the built-in mlp and cnn only, not {what}. "
+            "Use ddp or fsdp, or model.type mlp/cnn.",
+        )]
+
     def _text_batch_problems(self, gpt: "GPTModel") -> list[tuple[str, str]]:
         par = self.parallelism
-        mesh = resolve_mesh(par, self.scaling.num_workers)
+        mesh = resolve_mesh(par, self.scaling.max_workers)
         problems: list[tuple[str, str]] = []
         if mesh.pipeline > 1 and self.batch_size % par.pipeline.microbatches:
             problems.append((
@@ -479,3 +535,6 @@ class ClusterInfo(BaseModel):
     cpus_free: float
     gpus_total: float
     gpus_free: float
+    autoscaler: AutoscalerPublic | None = Field(
+        default=None, description="What the cluster's autoscaler can add; None when the cluster has no autoscaler."
+    )

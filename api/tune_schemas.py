@@ -144,7 +144,14 @@ class PBTOptions(Strict):
         default=None,
         description="Fields PBT perturbs and where it resamples them from; default the whole search space.",
     )
-    synch: bool = Field(default=False, description="Perturb the whole population at once instead of trial by trial.")
+    align: bool = Field(
+        default=True,
+        description=(
+            "Hold a trial at each perturbation point until every running trial has reached it (its run waits; "
+            "no restart), so short trials overlap and scores are compared at the same epoch. Applies when "
+            "the whole population runs at once."
+        ),
+    )
 
 
 class ASHAOptions(Strict):

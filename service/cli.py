@@ -278,5 +278,70 @@ def checkpoints(
             _fail(exc.message)
 
 
+# --- a search's trials (kind: tune jobs)
+
+
+@app.command()
+def trials(
+    job_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """A search's trials, its PBT lineage (who cloned whom, when) and its best trial."""
+    with _client(url, token) as client:
+        try:
+            job = client.job(job_id)
+            found, lineage = job.trials(), job.lineage()
+            try:
+                best = job.best()
+            except RaydockError as exc:
+                if exc.code != "no_reports":
+                    raise
+                best = None
+        except RaydockError as exc:
+            _fail(exc.message)
+    if as_json:
+        out = {"trials": found, "lineage": lineage, "best": best}
+        console.print_json(json.dumps({k: _jsonable(v) for k, v in out.items()}))
+        return
+    metric, unit = job.info.spec.get("metric"), "step" if (job.info.spec.get("budget") or {}).get("steps") else "epoch"
+    table = Table("TRIAL", "STATUS", "VALUES", unit.upper(), f"LAST {metric}", f"BEST {metric}", "EXPLOITS")
+    for t in found:
+        last = (t.last_metrics or {}).get(metric)
+        status = t.status + (" (stopped early)" if t.stopped_early else "")
+        table.add_row(
+            t.trial_id, status, _values(t.config), str((t.last_metrics or {}).get(unit, "")),
+            _num(last), _num(t.best_metric), str(t.exploits),
+        )  # fmt: skip
+    console.print(table)
+    for e in lineage:
+        console.print(
+            f"{unit} {_num(e.donor_time)}: {e.trial_id} cloned {e.donor_trial_id} ({metric} {_num(e.donor_metric)}) "
+            f"and goes on with {_values(e.new_config)}"
+        )
+    if best is not None:
+        where = f", checkpoint {best.checkpoint.id}" if best.checkpoint and best.checkpoint.id is not None else ""
+        label = "best" if best.final else "best so far"
+        console.print(f"{label}: {best.trial_id} {metric}={_num(best.value)} with {_values(best.config)}{where}")
+
+
+def _values(config: dict) -> str:
+    return ", ".join(f"{k}={_num(v)}" for k, v in config.items())
+
+
+def _num(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
+
+
+def _jsonable(value):
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+# --- end of a search's trials
+
+
 if __name__ == "__main__":
     app()

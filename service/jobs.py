@@ -32,6 +32,9 @@ from service import lifecycle, storage
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, utcnow
+from service.elastic import apply_event as apply_worker_group_event
+from service.trials import apply_event as apply_trial_event
+from tuning.budget import check_search_budget, search_demand
 from trainers.events import parse_line
 
 
@@ -63,9 +66,11 @@ def queue_order(query):
 
 
 def demand(spec: JobSpec) -> tuple[float, float]:
-    """(CPUs, GPUs) a job holds on the cluster while it trains."""
+    """(CPUs, GPUs) a job needs on the cluster to start (an elastic job: its min workers)."""
+    if spec.kind == "tune":  # a search holds its concurrent trials (tuning/budget.py)
+        return search_demand(spec)
     s = spec.scaling
-    return s.num_workers * s.cpus_per_worker, (s.num_workers if s.use_gpu else 0.0)
+    return s.min_workers * s.cpus_per_worker, (s.min_workers if s.use_gpu else 0.0)
 
 
 class JobService:
@@ -87,13 +92,18 @@ class JobService:
             max_cpus, max_gpus = self.backend.max_node_capacity()
         except ClusterUnavailable:
             return  # the job waits QUEUED for the cluster; admission checks again
+        if spec.kind == "tune":  # a search's concurrent trials against the cluster (tuning/budget.py)
+            return check_search_budget(spec, max_cpus, max_gpus)
         if cpus > max_cpus or gpus > max_gpus:
-            need = f"{spec.scaling.num_workers} workers x {spec.scaling.cpus_per_worker:g} CPU"
+            need = f"{spec.scaling.min_workers} workers x {spec.scaling.cpus_per_worker:g} CPU"
             if spec.scaling.use_gpu:
                 need += " + 1 GPU"
+            if spec.scaling.is_elastic:
+                need = f"at least {need} (scaling.num_workers.min)"
+            scaler = "counting what its autoscaler can add" if self.backend.has_autoscaler else "and no autoscaler"
             raise CapacityExceeded(
                 f"The job asks for {need} ({cpus:g} CPUs, {gpus:g} GPUs) but the cluster has "
-                f"{max_cpus:g} CPUs and {max_gpus:g} GPUs in all and no autoscaler. "
+                f"{max_cpus:g} CPUs and {max_gpus:g} GPUs in all, {scaler}. "
                 "Lower scaling.num_workers or scaling.cpus_per_worker, or add nodes.",
                 details=[{"loc": ["scaling", "num_workers"], "msg": "exceeds cluster capacity"}],
             )
@@ -302,6 +312,10 @@ class JobService:
                 job.log_offset = log_offset
 
     def _apply(self, s: Session, job: JobRow, event: dict[str, Any]) -> None:
+        if apply_trial_event(s, job, event):  # a search's trials, lineage and best (service/trials.py)
+            return
+        if apply_worker_group_event(s, job, event):  # worker count and placement over time (service/elastic.py)
+            return
         kind = event.get("type")
         if kind == "metric":
             src_seq = int(event.get("seq", 0))

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import httpx
 
@@ -94,8 +95,22 @@ def _head_env(extra: dict[str, str] | None) -> dict[str, str]:
     return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), **(extra or {})}
 
 
-def start_head(state_dir: Path, *, num_cpus: int | None = None, env: dict[str, str] | None = None, timeout: float = 90.0) -> LocalHead:
-    """Start a Ray head on free ports and wait until its dashboard answers."""
+def start_head(
+    state_dir: Path,
+    *,
+    num_cpus: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+    autoscaling_config: dict[str, Any] | None = None,
+    extra_args: Sequence[str] = (),
+) -> LocalHead:
+    """Start a Ray head on free ports and wait until its dashboard answers.
+
+    ``autoscaling_config`` runs an autoscaler with that cluster config; for Ray's fake
+    multi-node provider (``provider.type: fake_multinode``, nodes as extra raylets on
+    this machine) the GCS address is filled in so its nodes join this head rather than
+    port 6379. ``extra_args`` go last on the ``ray start`` line (a repeated flag wins).
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
     # Unix socket paths are limited to ~107 bytes: keep Ray's temp dir short.
     digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:8]
@@ -112,6 +127,14 @@ def start_head(state_dir: Path, *, num_cpus: int | None = None, env: dict[str, s
     ]  # fmt: skip
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
+    env = dict(env or {})
+    if autoscaling_config is not None:
+        config_path = state_dir / "autoscaling.json"
+        config_path.write_text(json.dumps(_with_gcs_address(autoscaling_config, gcs)))
+        cmd.append(f"--autoscaling-config={config_path}")
+        if autoscaling_config.get("provider", {}).get("type") == "fake_multinode":
+            env.setdefault("RAY_FAKE_CLUSTER", "1")  # the fake provider refuses to run without it
+    cmd.extend(extra_args)
     log_path = state_dir / "head.log"
     log = open(log_path, "ab")
     proc = subprocess.Popen(
@@ -123,7 +146,8 @@ def start_head(state_dir: Path, *, num_cpus: int | None = None, env: dict[str, s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"ray start exited with {proc.returncode}; see {log_path}")
-        if head.alive() and _has_cpus(head):
+        # A head with no CPUs (its work goes to other nodes) is ready once it has registered.
+        if head.alive() and (_has_node(head) if num_cpus == 0 else _has_cpus(head)):
             (state_dir / "cluster.json").write_text(json.dumps(asdict(head)))
             return head
         time.sleep(0.5)
@@ -139,6 +163,25 @@ def _has_cpus(head: LocalHead) -> bool:
         return RayBackend(head.dashboard_url).cluster_info().cpus_total > 0
     except (ClusterUnavailable, KeyError, TypeError):
         return False
+
+
+def _has_node(head: LocalHead) -> bool:
+    from service.ray_backend import ClusterUnavailable, RayBackend
+
+    try:
+        return any(n.alive for n in RayBackend(head.dashboard_url).cluster_info().nodes)
+    except (ClusterUnavailable, KeyError, TypeError):
+        return False
+
+
+def _with_gcs_address(config: dict[str, Any], gcs_port: int) -> dict[str, Any]:
+    provider = dict(config.get("provider", {}))
+    if provider.get("type") == "fake_multinode" and "gcs_address" not in provider:
+        from ray._private.services import get_node_ip_address
+
+        # Without it the fake provider points its nodes at <node ip>:6379.
+        provider["gcs_address"] = f"{get_node_ip_address()}:{gcs_port}"
+    return {**config, "provider": provider}
 
 
 def find_head(state_dir: Path) -> LocalHead | None:

@@ -18,6 +18,8 @@ from sqlalchemy import select
 
 from api.schemas import FailureCause, JobStatus, parse_job_spec
 from service import lifecycle
+from service.autoscaler import addable
+from service.elastic import holds
 from service.jobs import JobService, demand, queue_order, spec_env
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow, utcnow
@@ -118,8 +120,13 @@ class Monitor:
             self._set_reason([j.id for j in queued], f"waiting for the Ray cluster: {exc}")
             return
         # Our own reservations count from submit on; Ray's free count also sees other users.
-        free_cpus = min(info.cpus_total - sum(demand(x)[0] for x in held), info.cpus_free)
-        free_gpus = min(info.gpus_total - sum(demand(x)[1] for x in held), info.gpus_free)
+        # An elastic job holds room to grow to its max (service/elastic.py). What an
+        # autoscaler can still add counts as free: a started job's pending demand asks for it.
+        holding = [holds(x, demand(x)) for x in held]
+        held_cpus, held_gpus = sum(h[0] for h in holding), sum(h[1] for h in holding)
+        extra_cpus, extra_gpus = addable(info)
+        free_cpus = min(info.cpus_total - held_cpus, info.cpus_free) + extra_cpus
+        free_gpus = min(info.gpus_total - held_gpus, info.gpus_free) + extra_gpus
         blocked = 0
         for job in queued:
             cpus, gpus = demand(parse_job_spec(job.spec))

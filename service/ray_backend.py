@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from api.schemas import ClusterInfo, NodeInfo, TrainSpec
+from service.autoscaler import addable, autoscaler_from_status, load_config
 
 DRIVER_ENTRYPOINT = "python -m trainers.driver"
 WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
@@ -43,12 +44,16 @@ def ray_auth_token() -> str | None:
 
 
 class RayBackend:
-    def __init__(self, address: str):
+    def __init__(self, address: str, *, autoscaler_config: str | None = None):
         self.address = address.rstrip("/")
+        # The autoscaler's own config, for the limits its status report leaves out (service/autoscaler.py).
+        self.autoscaler_config_path = autoscaler_config
+        self.autoscaler_config = load_config(autoscaler_config)
         if "://" not in self.address:
             self.address = "http://" + self.address
         token = ray_auth_token()
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.has_autoscaler = False
         self._client = None
         self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=10)
 
@@ -125,7 +130,8 @@ class RayBackend:
 
     def cluster_info(self) -> ClusterInfo:
         nodes_raw = self._get("/api/v0/nodes?limit=10000")["data"]["result"]["result"]
-        usage = self._get("/api/cluster_status")["data"]["clusterStatus"]["loadMetricsReport"]["usage"]
+        status = self._get("/api/cluster_status")["data"]["clusterStatus"]
+        usage = status["loadMetricsReport"]["usage"]
         nodes = [
             NodeInfo(
                 node_id=n["node_id"],
@@ -146,11 +152,15 @@ class RayBackend:
             cpus_free=cpu_total - cpu_used,
             gpus_total=gpu_total,
             gpus_free=gpu_total - gpu_used,
+            autoscaler=autoscaler_from_status(status, self.autoscaler_config, self.autoscaler_config_path),
         )
 
     def max_node_capacity(self) -> tuple[float, float]:
-        """(CPUs, GPUs) the alive nodes have in all: the most a job can ever get
-        from this cluster without an autoscaler."""
+        """(CPUs, GPUs) the alive nodes have in all plus what the autoscaler can still
+        add (infinite when its limits are unknown): the most a job can ever get."""
         info = self.cluster_info()
         alive = [n for n in info.nodes if n.alive]
-        return sum(n.cpus for n in alive), sum(n.gpus for n in alive)
+        self.has_autoscaler = info.autoscaler is not None  # for the wording of a refusal
+        extra_cpus, extra_gpus = addable(info)
+        return sum(n.cpus for n in alive) + extra_cpus, sum(n.gpus for n in alive) + extra_gpus
+

@@ -38,7 +38,7 @@ def build_runtime(settings: Settings) -> Runtime:
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
     sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
-    service = JobService(settings, sessions, RayBackend(address))
+    service = JobService(settings, sessions, RayBackend(address, autoscaler_config=settings.autoscaler_config))
     monitor = Monitor(service)
     service.on_submit = monitor.wake
     return Runtime(settings, service, monitor, head)

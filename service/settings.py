@@ -37,6 +37,10 @@ class Settings(BaseSettings):
         default=120.0, description="Fail active jobs (INFRASTRUCTURE) once the Ray cluster has been unreachable this long."
     )
     worker_start_timeout_s: float = Field(default=60.0, description="How long a worker group may take to start.")
+    autoscaler_config: str | None = Field(
+        default=None,
+        description="The Ray autoscaler's cluster config (YAML/JSON), for the node limits its status report leaves out.",
+    )
 
     @cached_property
     def resolved_database_url(self) -> str:

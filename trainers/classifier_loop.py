@@ -1,8 +1,9 @@
 """The per-worker loop for the built-in classifiers (mlp, cnn) under a chosen parallelism.
 
 ``trainers.driver`` runs it when a job with ``model.type`` mlp or cnn sets anything in
-``parallelism`` beyond the defaults: strategy fsdp, bf16 precision, gradient
-accumulation or compression. (The default keeps ``trainers.loop``, Ray's own DDP.)
+``parallelism`` beyond the defaults: strategy fsdp or parameter_server, bf16
+precision, gradient accumulation or compression. (The default keeps ``trainers.loop``,
+Ray's own DDP.)
 The model goes through ``trainers.parallel.parallelize`` like the GPT does, so the
 strategy, precision, accumulation (``no_sync`` on all but the last slice) and the DDP
 communication hooks are the same code. Data, optimizer and epoch bookkeeping come
@@ -33,6 +34,7 @@ from api.schemas import TabularData, TrainSpec, parse_job_spec
 from trainers.loop import Batch, InMemoryData, Progress, RayDataShards, build_optimizer
 from trainers.models import build_model
 from trainers.parallel import ParallelModel, build_mesh, load_checkpoint, parallelize, save_checkpoint
+from trainers.parallel.parameter_server import ParameterServerModel, parallelize_parameter_server
 
 SHARDS_DIR = "shards"
 
@@ -92,7 +94,12 @@ def train_loop(config: dict) -> None:
     else:
         data = InMemoryData(spec, rank, world)
     meta = {"n_features": data.n_features, "n_classes": data.n_classes}
-    pm = parallelize(
+    place = parallelize
+    if spec.parallelism.strategy == "parameter_server":
+        # parallelize() still refuses this strategy (api.parallelism lists it as
+        # unavailable); the job spec has already checked it applies to this model.
+        place = parallelize_parameter_server
+    pm = place(
         build_model(spec.model, data.n_features, data.n_classes),
         mesh,
         spec.parallelism,
@@ -134,6 +141,10 @@ def train_loop(config: dict) -> None:
 
 def report(spec, pm, progress, data, losses, samples, t0, meta, *, checkpoint: bool) -> None:
     elapsed = time.perf_counter() - t0
+    server_stats = {}
+    if isinstance(pm, ParameterServerModel):
+        pm.refresh()  # every worker evaluates and saves the servers' latest weights
+        server_stats = pm.server_stats()
     val_loss, val_acc = evaluate(spec, pm, data.val_batches())
     metrics = {
         "epoch": progress.epoch,
@@ -144,6 +155,8 @@ def report(spec, pm, progress, data, losses, samples, t0, meta, *, checkpoint: b
         "samples_per_s": samples * pm.data_world_size / max(elapsed, 1e-9),
         "bytes_communicated": pm.bytes_communicated,
         "local_state_bytes": pm.local_state_bytes(),
+        "world_size": ray.train.get_context().get_world_size(),  # changes when an elastic job resizes
+        **server_stats,
     }
     if not checkpoint:
         ray.train.report(metrics)

@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 import ray
 import ray.train
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, UserCallback
+from ray.train import CheckpointConfig, RunConfig, UserCallback
 from ray.train.torch import TorchTrainer
 
 from api.schemas import FailureCause, GPTModel, TabularData, TrainSpec, parse_job_spec
-from trainers import events
+from trainers import elastic, events
 
 TRACEBACK_TAIL_CHARS = 4000
 
@@ -106,23 +106,17 @@ def build_trainer(spec: TrainSpec, job_id: str, storage_path: str) -> TorchTrain
         loop,
         train_loop_config=loop_config,
         datasets=datasets or None,
-        scaling_config=ScalingConfig(
-            num_workers=spec.scaling.num_workers,
-            use_gpu=spec.scaling.use_gpu,
-            resources_per_worker={"CPU": spec.scaling.cpus_per_worker, **({"GPU": 1} if spec.scaling.use_gpu else {})},
-        ),
+        scaling_config=elastic.scaling_config(spec),  # fixed, or (min, max) for an elastic job
         run_config=RunConfig(
             name=job_id,
             storage_path=storage_path,
-            callbacks=[EventCallback()],
+            callbacks=[EventCallback(), *elastic.worker_group_callbacks()],
             checkpoint_config=CheckpointConfig(
                 num_to_keep=spec.checkpoint.keep,
                 checkpoint_score_attribute=spec.checkpoint.score_metric,
                 checkpoint_score_order=spec.checkpoint.score_mode,
             ),
-            # A bounded controller failure limit: resources that never appear end the job
-            # instead of retrying worker-group start-up forever.
-            failure_config=FailureConfig(max_failures=spec.failure.max_retries, controller_failure_limit=0),
+            failure_config=elastic.failure_config(spec),
         ),
     )
 

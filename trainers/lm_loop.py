@@ -136,6 +136,7 @@ def report(spec: TrainSpec, pm: ParallelModel, data: TextBatches, window: Window
         # sent since this attempt started, and the parameter + optimizer bytes it holds.
         "bytes_communicated": pm.bytes_communicated,
         "local_state_bytes": pm.local_state_bytes(),
+        "world_size": ray.train.get_context().get_world_size(),
     }
     if not checkpoint:
         ray.train.report(metrics)

@@ -194,6 +194,7 @@ def _report(spec, model, opt, progress, data, device, losses, samples, t0, meta,
         "val_acc": val_acc,
         "samples_per_s": samples * ray.train.get_context().get_world_size() / max(elapsed, 1e-9),
         "lr": opt.param_groups[0]["lr"],  # the rate in effect: what a search's schedule really did
+        "world_size": ray.train.get_context().get_world_size(),  # changes when an elastic job resizes
     }
     if not checkpoint:
         ray.train.report(metrics)

@@ -1,0 +1,128 @@
+"""Elastic worker counts in the job contract: ``scaling.num_workers: {min, max}``.
+
+A job gives either a fixed count (``num_workers: 4``) or a range
+(``num_workers: {min: 1, max: 4}``). A range makes it an elastic Ray Train run: it
+starts with as many workers as fit (at least ``min``), grows towards ``max`` when
+capacity appears and shrinks when a node is lost, restarting its worker group from the
+last checkpoint each time. Admission and capacity checks count ``min``.
+
+Batch semantics on a resize: the per-worker ``batch_size`` stays fixed, so the global
+batch is ``batch_size x world_size`` and scales with the workers; each epoch is one pass
+over the training data split into ``world_size`` shards, and a resized group re-shards
+from the start of the epoch it resumes in. The learning rate is not rescaled.
+
+This module imports only pydantic and ``api.parallelism`` so the contract stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MAX_WORKERS = 4096
+# Strategies whose mesh is the data axis alone, so any world size runs them. The
+# others fix a tensor/pipeline shape (or a parameter-server layout) to a worker count.
+ELASTIC_STRATEGIES = frozenset({"ddp", "fsdp"})
+# A lost node is a worker failure to Ray Train: an elastic job that does not say how
+# many it tolerates gets this many, so losing a node shrinks the job instead of failing it.
+ELASTIC_DEFAULT_MAX_RETRIES = 3
+
+
+class WorkerRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min: int = Field(ge=1, le=MAX_WORKERS, description="Fewest workers the job trains with; it starts once this many fit.")
+    max: int = Field(ge=1, le=MAX_WORKERS, description="Most workers; the job grows to this many when capacity appears.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "WorkerRange":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+def coerce_num_workers(value: Any) -> Any:
+    """A count or a ``{min, max}`` range, checked with messages that name the field.
+
+    Runs before pydantic's union validation, whose errors would otherwise carry the
+    union member names (``num_workers.int``, ``num_workers.WorkerRange.min``).
+    """
+    if isinstance(value, WorkerRange):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("must be a number of workers or {min, max}, not a boolean")
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS} (got {value})")
+        return value
+    if isinstance(value, dict):
+        try:
+            return WorkerRange.model_validate(value)
+        except ValidationError as exc:
+            parts = []
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                parts.append(f"{where}: {msg}" if where else msg)
+            raise ValueError("; ".join(parts)) from None
+    raise ValueError("must be a number of workers (e.g. 2) or a range {min: 1, max: 4}")
+
+
+def elastic_problems(
+    workers: int | WorkerRange, *, strategy: str, model_type: str | None
+) -> list[tuple[str, str]]:
+    """``(dotted_path, message)`` problems of a worker range with the rest of the job."""
+    if not isinstance(workers, WorkerRange):
+        return []
+    problems = []
+    if strategy not in ELASTIC_STRATEGIES:
+        problems.append((
+            "scaling.num_workers",
+            f"a worker range {{min: {workers.min}, max: {workers.max}}} needs a strategy whose mesh is "
+            f"data-parallel only (ddp or fsdp); strategy {strategy} fixes the mesh to one worker count. "
+            "Give a fixed num_workers or use ddp/fsdp.",
+        ))
+    if model_type == "gpt":
+        problems.append((
+            "scaling.num_workers",
+            "a worker range is not available for model.type gpt: its batches are indexed by step "
+            "for a fixed number of data replicas, so a resize would skip or repeat text. "
+            "Give a fixed num_workers.",
+        ))
+    return problems
+
+
+# ----------------------------------------------------------------------------- responses
+
+
+class WorkerPlacement(BaseModel):
+    ip: str = Field(description="Address of the node the worker runs on.")
+    node_id: str = Field(description="Ray node id.")
+
+
+class WorkerGroupPublic(BaseModel):
+    seq: int = Field(description="Position in the job's worker-group starts (0-based, gap-free).")
+    attempt: int = Field(description="The job attempt (Ray job submission) it happened in.")
+    ts: float = Field(description="Unix time the worker group started.")
+    world_size: int = Field(description="Number of workers in the group.")
+    nodes: list[WorkerPlacement] = Field(description="Where each worker runs, in rank order.")
+
+
+class NodeTypeCapacity(BaseModel):
+    name: str = Field(description="The autoscaler's node type.")
+    resources: dict[str, float] = Field(default_factory=dict, description="Resources of one node of this type, when known.")
+    running: int = Field(description="Nodes of this type in the cluster now.")
+    pending: int = Field(description="Nodes of this type being launched.")
+    max_workers: int | None = Field(default=None, description="Most nodes of this type the autoscaler may run; None when unknown.")
+
+
+class AutoscalerPublic(BaseModel):
+    node_types: list[NodeTypeCapacity] = Field(description="Node types the autoscaler reports or is configured with.")
+    cpus_addable: float | None = Field(
+        description="CPUs the autoscaler can still add beyond the nodes present; None when its limits are unknown (counted as unbounded)."
+    )
+    gpus_addable: float | None = Field(description="GPUs it can still add; None when unknown.")
+    limits_from: str | None = Field(
+        default=None, description="The autoscaler config file the limits were read from (RAYDOCK_AUTOSCALER_CONFIG), if any."
+    )

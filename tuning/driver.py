@@ -1,0 +1,69 @@
+"""The Ray job driver of a hyperparameter search. ``python -m trainers.driver`` hands a
+``kind: tune`` spec to ``run_search``, which runs the Tuner (``tuning.search``) in this
+process: Tune's controller, the PBT/ASHA decisions and the event stream to the server
+all live here, and every trial runs as its own distributed ``TorchTrainer``.
+
+Stopping the Ray job (cancel) ends this process; the trials' trainables are its actors,
+their Train controllers and workers are the trainables' actors, so all of them and
+their placement groups go with it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import ray
+
+from api.schemas import FailureCause
+from api.tune_schemas import TuneSpec
+from trainers import events
+from tuning.events import SearchEvents
+from tuning.search import build_tuner
+
+
+def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
+    out = SearchEvents(spec.metric, spec.mode)
+    try:
+        ray.init(address="auto", log_to_driver=True)
+        results = build_tuner(spec, job_id, storage_path, out).fit()
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
+        from trainers.driver import classify
+
+        cause, message, tb = classify(exc)
+        return _fail(cause, message, tb)
+    if out.best is None:
+        errors = [str(r.error) for r in results if r.error is not None]
+        first = errors[0] if errors else "no trial reported the metric"
+        return _fail(
+            FailureCause.USER_CODE,
+            f"every trial of the search failed ({len(errors)} of {len(results)}): {first.splitlines()[0] if first else ''}",
+            first,
+        )
+    best = out.best
+    checkpoint = _best_checkpoint(results, best["trial_id"], spec)
+    summary = {**best["metrics"], "trial_id": best["trial_id"]}
+    if checkpoint is not None:
+        events.emit({"type": "checkpoint", "seq": 0, "path": checkpoint.path, "metrics": summary})
+    out.emit(
+        "result",
+        trial_id=best["trial_id"], metric=spec.metric, mode=spec.mode, value=best["value"],
+        config=best["config"], metrics=best["metrics"], checkpoint_path=checkpoint.path if checkpoint else None,
+        trials=len(results), errors=sum(1 for r in results if r.error is not None),
+    )  # fmt: skip
+    events.flush()
+    return 0
+
+
+def _best_checkpoint(results, trial_id: str, spec: TuneSpec) -> Any:
+    for result in results:
+        if (result.metrics or {}).get("trial_id") == trial_id:
+            return result.get_best_checkpoint(spec.metric, spec.mode) or result.checkpoint
+    return None
+
+
+def _fail(cause: FailureCause, message: str, tb: str) -> int:
+    events.emit({"type": "error", "seq": 0, "cause": cause.value, "message": message, "traceback": tb})
+    events.flush()
+    print(tb, file=sys.stderr, flush=True)
+    return 1

@@ -1,0 +1,139 @@
+"""The events a search sends the server, all from its driver process (where Tune's
+controller runs), numbered in one sequence so the server stores each once and can
+tell a newer trial status from an older one arriving late on the log channel.
+
+- ``trial_metric``: one trial report, with the trial's values at the time;
+- ``trial``: a trial's status or values changed (PENDING, RUNNING, PAUSED, TERMINATED, ERROR);
+- ``exploit``: PBT cloned a donor into a trial (``tuning.schedulers``);
+- ``metric``: every trial report again on the job's own series (with ``trial_id``),
+  so job-level metrics, streams and progress bars follow a search too;
+- ``result`` / ``checkpoint``: the best trial, its values and its checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from ray import tune
+from ray.tune.result import AUTO_RESULT_KEYS
+
+from trainers import events
+
+# Tune's own bookkeeping in a result, beyond what the trial's loop reported.
+TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "should_checkpoint", "__duplicate__"}
+ERROR_TAIL_CHARS = 3000
+
+
+class SearchEvents:
+    """Numbers and emits a search's events; keeps the best report seen so far."""
+
+    def __init__(self, metric: str, mode: str, key: str | None = None, sink: Callable[[dict], None] = events.emit) -> None:
+        self.key = key or uuid.uuid4().hex
+        _LIVE[self.key] = self
+        self.metric, self.mode, self.sink = metric, mode, sink
+        self.seq = 0
+        self.metric_seq = 0
+        self.best: dict[str, Any] | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.RLock()
+
+    def __reduce__(self):
+        # Tune pickles its scheduler and callbacks (experiment state); every copy in
+        # this process must share one sequence, or two events would get one number.
+        return (_live, (self.key, self.metric, self.mode))
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        with self._lock:
+            self.sink({"type": kind, "seq": self.seq, **fields})
+            self.seq += 1
+
+    def report(self, trial_id: str, metrics: dict[str, Any], config: dict[str, Any]) -> None:
+        self.emit("trial_metric", trial_id=trial_id, metrics=metrics, config=config)
+        with self._lock:
+            self.sink({"type": "metric", "seq": self.metric_seq, "metrics": {**metrics, "trial_id": trial_id}})
+            self.metric_seq += 1
+        value = metrics.get(self.metric)
+        if isinstance(value, (int, float)) and not math.isnan(value) and self._better(value):
+            self.best = {"trial_id": trial_id, "value": float(value), "metrics": metrics, "config": config}
+
+    def exploit(self, **fields: Any) -> None:
+        """Tune asks the scheduler before it tells the callbacks, so an exploit is
+        decided before the report that triggered it is out: hold it until then."""
+        self._pending.append(fields)
+
+    def flush_exploits(self) -> None:
+        while self._pending:
+            self.emit("exploit", **self._pending.pop(0))
+
+    def _better(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value > self.best["value"] if self.mode == "max" else value < self.best["value"]
+
+
+_LIVE: dict[str, SearchEvents] = {}
+
+
+def _live(key: str, metric: str, mode: str) -> SearchEvents:
+    return _LIVE.get(key) or SearchEvents(metric, mode, key)
+
+
+def reported(result: dict[str, Any]) -> dict[str, Any]:
+    """What the trial's loop reported, without Tune's bookkeeping."""
+    return {k: v for k, v in result.items() if k not in TUNE_KEYS}
+
+
+class SearchCallback(tune.Callback):
+    """Tune callback in the search driver: trial reports and status changes out."""
+
+    def __init__(self, out: SearchEvents, population=None) -> None:
+        self.out = out
+        self.population = population  # tuning.population: told which trials run
+        self.running: list[str] = []
+        self.sent: dict[str, tuple[str, dict]] = {}
+        self.errors: dict[str, str] = {}
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        # The result's own config: a PBT exploit may already have changed the trial's.
+        self.out.report(trial.trial_id, reported(result), dict(result.get("config") or trial.config))
+        self.out.flush_exploits()
+        self._sync(trials)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        self.errors[trial.trial_id] = _error_text(trial)
+        self._sync(trials)
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        self.out.flush_exploits()
+        self._sync(trials)
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        self.out.flush_exploits()
+        self._sync(trials)
+
+    def _sync(self, trials: list) -> None:
+        for trial in trials:
+            state = (trial.status, dict(trial.config))
+            if self.sent.get(trial.trial_id) != state:
+                self.sent[trial.trial_id] = state
+                fields: dict[str, Any] = {"trial_id": trial.trial_id, "status": trial.status, "config": state[1]}
+                if trial.status == "ERROR":
+                    fields["error"] = self.errors.get(trial.trial_id) or _error_text(trial)
+                self.out.emit("trial", **fields)
+        # A paused or pending trial is a clone restarting (the whole population runs at
+        # once when trials are aligned): it will be back, so it counts as running.
+        running = sorted(t.trial_id for t in trials if t.status in ("RUNNING", "PENDING", "PAUSED"))
+        if self.population is not None and running != self.running:
+            self.running = running
+            self.population.set_running.remote(running)
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        return Path(path).read_text(errors="replace")[-ERROR_TAIL_CHARS:]
+    return "the trial failed (no error text recorded)"

@@ -1,0 +1,124 @@
+"""The Ray Tune pieces of a search, built from its ``TuneSpec``: the parameter space,
+the scheduler (ASHA, PBT, PB2 or none), the search algorithm (random, grid, Optuna)
+and the ``Tuner`` that runs ``tuning.trial.run_trial`` once per trial."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+from ray.tune.search import BasicVariantGenerator, Searcher
+
+from api.tune_schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
+from tuning.events import SearchCallback, SearchEvents
+from tuning.population import Population
+from tuning.schedulers import RecordingPB2, RecordingPBT
+from tuning.trial import run_trial
+
+
+def domain(dist: Any) -> Any:
+    if isinstance(dist, Uniform):
+        return tune.uniform(dist.low, dist.high)
+    if isinstance(dist, LogUniform):
+        return tune.loguniform(dist.low, dist.high)
+    if isinstance(dist, Choice):
+        return tune.choice(list(dist.values))
+    if isinstance(dist, Grid):
+        return tune.grid_search(list(dist.values))
+    raise TypeError(f"unknown distribution {dist!r}")
+
+
+def param_space(spec: TuneSpec) -> dict[str, Any]:
+    # Flat keys: a trial's config maps each dotted path to its value.
+    return {path: domain(dist) for path, dist in spec.search_space.items()}
+
+
+def mutation(dist: Any) -> Any:
+    """PBT's form: a domain to resample continuous values from, a list to shift along."""
+    return domain(dist) if isinstance(dist, CONTINUOUS) else list(dist.values)
+
+
+def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
+    unit, budget = spec.budget.unit, spec.budget.amount
+    if spec.algorithm == "asha":
+        return ASHAScheduler(
+            time_attr=unit, max_t=budget, grace_period=spec.asha.grace_period,
+            reduction_factor=spec.asha.reduction_factor, brackets=spec.asha.brackets,
+        )  # fmt: skip
+    if spec.algorithm not in ("pbt", "pb2"):
+        return None
+    space = spec.mutations
+
+    def clip(config: dict[str, Any]) -> dict[str, Any]:
+        return clip_to_space(config, space)
+
+    options = spec.pbt
+    common = dict(
+        out=out, room_for_all=spec.concurrency >= spec.num_trials, time_attr=unit, perturbation_interval=options.perturbation_interval,
+        quantile_fraction=options.quantile_fraction, custom_explore_fn=clip,
+        log_config=False,
+    )  # fmt: skip
+    if spec.algorithm == "pb2":
+        return RecordingPB2(hyperparam_bounds={p: [d.low, d.high] for p, d in space.items()}, **common)
+    return RecordingPBT(
+        hyperparam_mutations={p: mutation(d) for p, d in space.items()},
+        burn_in_period=options.burn_in_period,
+        resample_probability=options.resample_probability,
+        perturbation_factors=tuple(options.perturbation_factors),
+        **common,
+    )
+
+
+def searcher(spec: TuneSpec) -> Searcher | BasicVariantGenerator | None:
+    if spec.algorithm == "bayesian":
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(seed=spec.seed)
+    if spec.seed is not None:
+        return BasicVariantGenerator(random_state=spec.seed, max_concurrent=spec.concurrency)
+    return None
+
+
+def aligned(spec: TuneSpec) -> bool:
+    """Whether the population waits for itself at perturbation points (tuning.population)."""
+    return spec.algorithm in ("pbt", "pb2") and spec.pbt.align and spec.concurrency >= spec.num_trials
+
+
+def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> tune.Tuner:
+    if spec.seed is not None:
+        random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
+    trials_storage = f"{storage_path.rstrip('/')}/{job_id}/trial-runs"
+    population = Population.remote() if aligned(spec) else None
+    trainable = tune.with_parameters(
+        run_trial, spec=spec.model_dump(mode="json"), storage_path=trials_storage, population=population
+    )
+    # Grid points each run num_trials / grid_size times (Tune's num_samples).
+    samples = spec.num_trials // spec.grid_size
+    return tune.Tuner(
+        tune.with_resources(trainable, {"cpu": spec.driver_cpus_per_trial}),
+        param_space=param_space(spec),
+        tune_config=tune.TuneConfig(
+            metric=spec.metric,
+            mode=spec.mode,
+            num_samples=samples,
+            max_concurrent_trials=spec.concurrency,
+            scheduler=scheduler(spec, out),
+            search_alg=searcher(spec),
+            # A trial's trainable owns its Train run; a fresh actor per start keeps
+            # a paused or cloned trial from reusing a run it no longer owns.
+            reuse_actors=False,
+        ),
+        run_config=tune.RunConfig(
+            name=job_id,
+            storage_path=storage_path,
+            callbacks=[SearchCallback(out, population)],
+            stop={spec.budget.unit: spec.budget.amount},
+            failure_config=tune.FailureConfig(max_failures=0),
+            # Every checkpoint is kept: PBT may clone any trial's latest one, and one
+            # deleted while a clone restores from it fails the clone.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
+            verbose=1,
+        ),
+    )

@@ -1,0 +1,148 @@
+"""One trial of a search: a Tune function trainable that builds and runs a distributed
+``TorchTrainer`` (Ray Train V2 no longer runs under a ``Tuner`` directly).
+
+Each Train report travels controller -> trainable -> Tune: a ``UserCallback`` in the
+trial's Train controller puts the report and its checkpoint on a small Ray queue, and
+the trainable hands them to ``ray.tune.report``, which persists the checkpoint as a real
+Tune checkpoint (PBT clones trials from those). A restarted trial (PBT exploit, pause
+and resume) gets ``tune.get_checkpoint()``; every Train worker then sees it through
+``ray.train.get_checkpoint()``, so a loop that resumes from there, built-in or the
+user's own, continues from the cloned weights unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import uuid
+from typing import Any, Callable
+
+import ray.train
+from ray import tune
+from ray.train import CheckpointConfig, RunConfig, UserCallback
+from ray.train.torch import TorchTrainer
+from ray.util.queue import Empty, Queue
+
+from api.schemas import TrainSpec
+from api.tune_schemas import TuneSpec
+from tuning.population import Alignment
+
+POLL_S = 0.2
+
+
+class ForwardReports(UserCallback):
+    """Runs in the trial's Train controller: hands rank 0's metrics and the checkpoint
+    of every report to the trainable. The queue holds one report, so training never
+    runs more than a report ahead of what Tune has decided about the trial."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
+        self.queue.put((dict(metrics[0]) if metrics else {}, checkpoint))
+
+
+def start_from(loop: Callable, checkpoint: ray.train.Checkpoint | None, config: dict) -> Any:
+    """A Train worker's entry: make ``ray.train.get_checkpoint()`` return the trial's
+    starting checkpoint until the run has one of its own, then run ``loop``."""
+    if checkpoint is not None:
+        # Train V2 dropped `resume_from_checkpoint`; the worker's context is where
+        # `ray.train.get_checkpoint()` reads, and a retried worker group gets the
+        # run's own latest checkpoint there, which this leaves alone.
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        ctx = get_train_context()
+        with ctx.report_order_condition:
+            if ctx.checkpoint is None:
+                ctx.checkpoint = checkpoint
+    takes_config = len(inspect.signature(loop).parameters) > 0
+    return loop(config) if takes_config else loop()
+
+
+def trial_trainer(
+    spec: TrainSpec, run_name: str, storage_path: str, queue: Queue, start: ray.train.Checkpoint | None
+) -> TorchTrainer:
+    """The job's own trainer for ``spec`` (trainers.driver.build_trainer), with the
+    trial's report forwarding, its starting checkpoint and every checkpoint kept."""
+    from trainers.driver import build_trainer
+
+    job_trainer = build_trainer(spec, run_name, storage_path)
+    return TorchTrainer(
+        _partial(start_from, job_trainer.train_loop_per_worker, start),
+        train_loop_config=job_trainer.train_loop_config,
+        datasets=job_trainer.datasets or None,
+        scaling_config=job_trainer.scaling_config,
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            callbacks=[ForwardReports(queue)],
+            # Tune copies each reported checkpoint; one dropped here before the copy
+            # would lose it, so the run keeps all (a trial's run is short-lived).
+            checkpoint_config=CheckpointConfig(num_to_keep=None),
+            failure_config=job_trainer.run_config.failure_config,
+        ),
+    )
+
+
+def _partial(fn: Callable, loop: Callable, checkpoint) -> Callable[[dict], Any]:
+    def train_loop_per_worker(config: dict) -> Any:
+        return fn(loop, checkpoint, config)
+
+    return train_loop_per_worker
+
+
+def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str, population=None) -> None:
+    """The trainable: ``config`` holds this trial's values (dotted path -> value)."""
+    search = TuneSpec.model_validate(spec)
+    trial_spec = search.trial_spec(config)
+    unit = search.budget.unit
+    trial_id = tune.get_context().get_trial_id()
+    # A fresh Train run name per start: Train V2 resumes a run of the same name from
+    # its own last checkpoint, but a clone must start from its donor's.
+    run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
+    queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
+    trainer = trial_trainer(trial_spec, run_name, storage_path, queue, tune.get_checkpoint())
+
+    align = None
+    if population is not None:
+        align = Alignment(population, trial_id, search.pbt.perturbation_interval, search.budget.amount)
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the trainable's thread below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=fit, name="trial-fit", daemon=True).start()
+    while True:
+        try:
+            metrics, checkpoint = queue.get(timeout=POLL_S)
+        except Empty:
+            if done.is_set() and queue.empty():
+                break
+            continue
+        _check_report(metrics, search.metric, unit)
+        if checkpoint is not None:
+            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+        tune.report(metrics, checkpoint=checkpoint)
+        if align is not None:
+            align.after_report(metrics[unit])
+    if failure:
+        from trainers.driver import classify
+
+        _, message, tb = classify(failure[0])
+        raise RuntimeError(f"{message}\n{tb}") from None
+
+
+def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:
+    missing = [k for k in (metric, unit) if k not in metrics]
+    if missing:
+        raise ValueError(
+            f"the trial's loop reported {sorted(metrics)} without {' and '.join(repr(k) for k in missing)}. "
+            f"A search needs its metric and its budget unit ({unit!r}) in every ray.train.report; "
+            "report them, or change `metric` / `budget`."
+        )
