@@ -12,6 +12,7 @@ warm cluster (a job has run before).
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -21,6 +22,7 @@ import httpx
 
 from bench import workload
 from service.local_cluster import free_ports, start_head
+from service.ray_backend import ray_auth_token
 from tests.servers import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -45,6 +47,8 @@ def raw_trainer(gcs_address: str, storage: str) -> dict:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    if ray_auth_token():
+        os.environ.setdefault("RAY_AUTH_MODE", "token")  # the head enforces the token in ~/.ray/auth_token
     ray.init(address=gcs_address, log_to_driver=False)
     try:
         t0 = time.perf_counter()

@@ -123,8 +123,26 @@ def make_engine(url: str) -> Engine:
 
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    Base.metadata.create_all(engine)
+    migrate(engine)
     return engine
+
+
+def import_models() -> None:
+    """Every module that defines tables, so the metadata (and migrations) see them all."""
+    import service.elastic  # noqa: F401
+    import service.trials  # noqa: F401
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (creating it on a new database)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker:
