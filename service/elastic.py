@@ -77,3 +77,14 @@ def holds(spec: JobSpec, demand: tuple[float, float]) -> tuple[float, float]:
     if scaling is None or not scaling.is_elastic:
         return demand
     return scaling.max_workers * scaling.cpus_per_worker, float(scaling.max_workers if scaling.use_gpu else 0)
+
+
+def graceful_stop_env(kind: str) -> dict[str, str]:
+    """How Ray stops a training job's driver: with SIGINT, which Ray Train answers by
+    aborting the run cleanly. Ray's default, SIGTERM, kills the Train controller before
+    it withdraws its share of the cluster from Ray Train's resource coordinator, and
+    elastic jobs then cannot grow into the freed CPUs until that share expires (180 s)."""
+    if kind != "train":
+        return {}
+    # Read by Ray's job supervisor, which runs with the job's environment.
+    return {"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "15"}

@@ -33,6 +33,7 @@ from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, utcnow
 from service.elastic import apply_event as apply_worker_group_event
+from service.elastic import graceful_stop_env
 from service.trials import apply_event as apply_trial_event
 from tuning.budget import check_search_budget, search_demand
 from trainers.events import parse_line
@@ -392,4 +393,5 @@ def spec_env(settings: Settings, job: JobRow) -> dict[str, str]:
         "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(settings.worker_start_timeout_s),
         "RAY_DEDUP_LOGS": "0",
         "PYTHONUNBUFFERED": "1",
+        **graceful_stop_env(job.kind),  # a cancelled run hands its CPUs back at once (service/elastic.py)
     }

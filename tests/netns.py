@@ -88,6 +88,10 @@ class NetworkHosts:
         self.sessions.append(proc.pid)
         return proc
 
+    def interface(self, host: int) -> str:
+        """The network interface of host ``host``, inside its namespace."""
+        return self.veths[host][1]
+
     def run(self, host: int, cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.namespaces[host], *cmd], capture_output=True, text=True, timeout=timeout)
 
@@ -121,6 +125,7 @@ class NetworkHosts:
     def close(self) -> None:
         for sid in self.sessions:
             _kill_session(sid, grace=5.0)
+        self.sessions.clear()
         for ns in self.namespaces:
             _ip("netns", "del", ns, check=False)
         for outside, _ in self.veths:

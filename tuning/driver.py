@@ -19,7 +19,7 @@ from api.schemas import FailureCause
 from api.tune_schemas import TuneSpec
 from trainers import events
 from tuning.events import SearchEvents
-from tuning.search import build_tuner
+from tuning.search import build_tuner, trial_runs_path
 
 
 def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
@@ -32,6 +32,7 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
 
         cause, message, tb = classify(exc)
         return _fail(cause, message, tb)
+    _drop_trial_runs(storage_path, job_id)
     if out.best is None:
         errors = [str(r.error) for r in results if r.error is not None]
         first = errors[0] if errors else "no trial reported the metric"
@@ -58,8 +59,22 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
 def _best_checkpoint(results, trial_id: str, spec: TuneSpec) -> Any:
     for result in results:
         if (result.metrics or {}).get("trial_id") == trial_id:
+            if not result.best_checkpoints:
+                return None  # a user loop that never checkpoints
             return result.get_best_checkpoint(spec.metric, spec.mode) or result.checkpoint
     return None
+
+
+def _drop_trial_runs(storage_path: str, job_id: str) -> None:
+    """The trials' own Train runs: Tune copied every checkpoint they reported into the
+    trial directories, so once the search ended these only double its storage."""
+    from pyarrow.fs import FileSystem
+
+    try:
+        fs, root = FileSystem.from_uri(trial_runs_path(storage_path, job_id))
+        fs.delete_dir(root)
+    except (OSError, ValueError):
+        pass  # nothing there, or storage we cannot delete from: job deletion removes it
 
 
 def _fail(cause: FailureCause, message: str, tb: str) -> int:

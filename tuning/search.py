@@ -81,6 +81,11 @@ def searcher(spec: TuneSpec) -> Searcher | BasicVariantGenerator | None:
     return None
 
 
+def trial_runs_path(storage_path: str, job_id: str) -> str:
+    """Where the trials' own Train runs keep their state, under the job's storage."""
+    return f"{storage_path.rstrip('/')}/{job_id}/trial-runs"
+
+
 def aligned(spec: TuneSpec) -> bool:
     """Whether the population waits for itself at perturbation points (tuning.population)."""
     return spec.algorithm in ("pbt", "pb2") and spec.pbt.align and spec.concurrency >= spec.num_trials
@@ -89,13 +94,14 @@ def aligned(spec: TuneSpec) -> bool:
 def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> tune.Tuner:
     if spec.seed is not None:
         random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
-    trials_storage = f"{storage_path.rstrip('/')}/{job_id}/trial-runs"
+    trials_storage = trial_runs_path(storage_path, job_id)
     population = Population.remote() if aligned(spec) else None
     trainable = tune.with_parameters(
         run_trial, spec=spec.model_dump(mode="json"), storage_path=trials_storage, population=population
     )
     # Grid points each run num_trials / grid_size times (Tune's num_samples).
     samples = spec.num_trials // spec.grid_size
+    search_alg = searcher(spec)
     return tune.Tuner(
         tune.with_resources(trainable, {"cpu": spec.driver_cpus_per_trial}),
         param_space=param_space(spec),
@@ -103,9 +109,10 @@ def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvent
             metric=spec.metric,
             mode=spec.mode,
             num_samples=samples,
-            max_concurrent_trials=spec.concurrency,
+            # A seeded variant generator carries the limit itself (Tune ignores this one then).
+            max_concurrent_trials=None if isinstance(search_alg, BasicVariantGenerator) else spec.concurrency,
             scheduler=scheduler(spec, out),
-            search_alg=searcher(spec),
+            search_alg=search_alg,
             # A trial's trainable owns its Train run; a fresh actor per start keeps
             # a paused or cloned trial from reusing a run it no longer owns.
             reuse_actors=False,
