@@ -52,6 +52,11 @@ def coerce_num_workers(value: Any) -> Any:
         return value
     if isinstance(value, bool):
         raise ValueError("must be a number of workers or {min, max}, not a boolean")
+    # What pydantic's lax int accepted before ranges existed: 2.0 and "2".
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
     if isinstance(value, int):
         if not 1 <= value <= MAX_WORKERS:
             raise ValueError(f"must be between 1 and {MAX_WORKERS} (got {value})")

@@ -151,7 +151,7 @@ class OptimizerSpec(Strict):
 
 
 class ScalingSpec(Strict):
-    num_workers: int | WorkerRange = Field(
+    num_workers: Annotated[int, Field(ge=1, le=4096)] | WorkerRange = Field(
         default=2,
         description=(
             "Number of Ray Train workers, or a range {min, max} for an elastic job: it starts with "

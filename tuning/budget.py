@@ -12,7 +12,8 @@ from api.tune_schemas import TuneSpec
 def trial_demand(spec: TuneSpec) -> tuple[float, float]:
     """(CPUs, GPUs) one running trial holds."""
     s = spec.base.scaling
-    return s.num_workers * s.cpus_per_worker + spec.driver_cpus_per_trial, float(s.num_workers if s.use_gpu else 0)
+    # An elastic base (num_workers {min, max}) may grow to max in every trial.
+    return s.max_workers * s.cpus_per_worker + spec.driver_cpus_per_trial, float(s.max_workers if s.use_gpu else 0)
 
 
 def search_demand(spec: TuneSpec) -> tuple[float, float]:
@@ -29,7 +30,7 @@ def check_search_budget(spec: TuneSpec, max_cpus: float, max_gpus: float) -> Non
     per_cpus, per_gpus = trial_demand(spec)
     s = spec.base.scaling
     fits = int(min(max_cpus / per_cpus, max_gpus / per_gpus if per_gpus else float("inf")) + 1e-9)
-    each = f"{s.num_workers} worker(s) x {s.cpus_per_worker:g} CPU + {spec.driver_cpus_per_trial:g} CPU for its driver"
+    each = f"{s.max_workers} worker(s) x {s.cpus_per_worker:g} CPU + {spec.driver_cpus_per_trial:g} CPU for its driver"
     if s.use_gpu:
         each += f" and {per_gpus:g} GPU(s)"
     if fits >= 1:
