@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local_cluster import start_head
+from service.local_cluster import _session_pids, start_head
 from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
@@ -56,19 +56,19 @@ def submit_until_accepted(url: str, spec: dict, key: str, deadline: float) -> st
     return None
 
 
-def train_worker_pids() -> list[int]:
+def train_worker_pids(head_pid: int) -> list[int]:
+    """Ray Train workers of this benchmark's own cluster (its head's process session)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"RayTrainWorker" in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
+    for pid in _session_pids(head_pid):
+        try:
+            if b"RayTrainWorker" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+                pids.append(pid)
+        except OSError:
+            pass
     return pids
 
 
-def chaos(server: ServerProcess, api_kills: int, worker_kills: int, stop: threading.Event, rng: random.Random, log: list[str]) -> None:
+def chaos(server: ServerProcess, head_pid: int, api_kills: int, worker_kills: int, stop: threading.Event, rng: random.Random, log: list[str]) -> None:
     actions = ["api"] * api_kills + ["worker"] * worker_kills
     rng.shuffle(actions)
     for action in actions:
@@ -79,7 +79,7 @@ def chaos(server: ServerProcess, api_kills: int, worker_kills: int, stop: thread
             time.sleep(rng.uniform(1, 4))
             server.start()
             log.append("api killed and restarted")
-        elif pids := train_worker_pids():
+        elif pids := train_worker_pids(head_pid):
             pid = rng.choice(pids)
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -104,7 +104,7 @@ def main() -> int:
         server = ServerProcess(Path(tmp) / "server", head.dashboard_url).start()
         stop, chaos_log = threading.Event(), []
         deadline = time.monotonic() + args.timeout
-        chaos_thread = threading.Thread(target=chaos, args=(server, args.api_kills, args.worker_kills, stop, rng, chaos_log))
+        chaos_thread = threading.Thread(target=chaos, args=(server, head.pid, args.api_kills, args.worker_kills, stop, rng, chaos_log))
         chaos_thread.start()
         try:
             with ThreadPoolExecutor(8) as pool:

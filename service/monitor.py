@@ -166,7 +166,12 @@ class Monitor:
             return
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
-            lifecycle.transition(s, job, JobStatus.STARTING, reason="submitted to Ray")
+            cancelled_meanwhile = job.status != JobStatus.QUEUED.value
+            if not cancelled_meanwhile:
+                lifecycle.transition(s, job, JobStatus.STARTING, reason="submitted to Ray")
+        if cancelled_meanwhile:
+            # Cancelled while it was being submitted: the Ray job must not train on.
+            self.backend.stop(submission_id)
 
     def _undo_start(self, job_id: str) -> None:
         with self.sessions.begin() as s:
