@@ -160,6 +160,11 @@ class Monitor:
             self._undo_start(job_id)
             raise
         except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
+            if "No available agent" in str(exc):
+                # A head that just started has no job agent yet: the job stays QUEUED
+                # and is submitted again on the next tick.
+                self._undo_start(job_id)
+                return
             with self.sessions.begin() as s:
                 job = s.get(JobRow, job_id)
                 lifecycle.transition(s, job, JobStatus.FAILED, reason="Ray refused the job", cause=FailureCause.INFRASTRUCTURE, error=f"{type(exc).__name__}: {exc}")
