@@ -9,7 +9,6 @@ checkpoint on the head alone and finish. Skipped where namespaces cannot be made
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -96,10 +95,6 @@ def two_hosts(tmp_path_factory):
                 shutil.rmtree(d, ignore_errors=True)
 
 
-# Two Ray nodes in network namespaces on 2 cores: node registration (Ray's fixed 30 s) and
-# the worker-group restart after the loss are at the edge of this machine's capacity, so
-# the test is opt-in until it is stable in CI.
-@pytest.mark.skipif(not os.environ.get("RAYDOCK_TEST_MULTINODE"), reason="two-host test; set RAYDOCK_TEST_MULTINODE=1")
 def test_elastic_job_spans_two_hosts_and_continues_on_the_head_when_one_is_lost(two_hosts):
     net, server = two_hosts["net"], two_hosts["server"]
     head_ip, worker_ip = two_hosts["head_ip"], two_hosts["worker_ip"]
