@@ -226,7 +226,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         token = (authorization or "").partition(" ")[2].strip() or None
         if not service.check_events_token(job_id, token):
             raise Unauthorized("unknown job or wrong events token")
-        service.ingest(job_id, [event])
+        service.ingest(job_id, [event], push=True)
         return Response(status_code=204)
 
     return app

@@ -298,7 +298,7 @@ class JobService:
             job = s.get(JobRow, job_id)
             return job is not None and token is not None and secrets.compare_digest(job.events_token or "", token)
 
-    def ingest(self, job_id: str, events: list[dict[str, Any]], *, log_text: str | None = None, log_offset: int | None = None) -> None:
+    def ingest(self, job_id: str, events: list[dict[str, Any]], *, log_text: str | None = None, log_offset: int | None = None, push: bool = False) -> None:
         """Store events (from the push channel or parsed from the log) once each, and
         optionally a log chunk with the offset it brings the job to."""
         with self._locks[job_id], self.sessions.begin() as s:
@@ -306,13 +306,13 @@ class JobService:
             if job is None:
                 return
             for event in events:
-                self._apply(s, job, event)
+                self._apply(s, job, event, push=push)
             if log_text:
                 s.add(LogChunkRow(job_id=job_id, text=log_text))
             if log_offset is not None:
                 job.log_offset = log_offset
 
-    def _apply(self, s: Session, job: JobRow, event: dict[str, Any]) -> None:
+    def _apply(self, s: Session, job: JobRow, event: dict[str, Any], push: bool = False) -> None:
         if apply_trial_event(s, job, event):  # a search's trials, lineage and best (service/trials.py)
             return
         if apply_worker_group_event(s, job, event):  # worker count and placement over time (service/elastic.py)
@@ -327,6 +327,14 @@ class JobService:
             )
             if exists:
                 return
+            if push:
+                # The fast channel only extends an unbroken series; after a gap (the API was
+                # down) the log brings the missing reports in order, so seq follows src_seq.
+                stored = s.scalar(
+                    select(func.count()).select_from(MetricRow).where(MetricRow.job_id == job.id, MetricRow.attempt == job.attempt)
+                )
+                if src_seq != stored:
+                    return
             m = event.get("metrics") or {}
             seq = s.scalar(select(func.count()).select_from(MetricRow).where(MetricRow.job_id == job.id))
             s.add(
