@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from api.elastic import WorkerGroupPublic
+from api.schemas import WorkerGroupPublic
 from api.errors import RaydockError, error_from_body
 from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
-from api.tune_schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
 
 
 class Client:

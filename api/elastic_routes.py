@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from api.elastic import WorkerGroupPublic
+from api.schemas import WorkerGroupPublic
 from service.elastic import worker_groups
 
 router = APIRouter(tags=["jobs"])

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
-from api.tune_schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
 from service.trials import TrialService
 
 

@@ -43,7 +43,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from ray import tune  # noqa: E402
 
-from api.tune_schemas import TuneSpec
+from api.schemas import TuneSpec
 from service.local_cluster import start_head
 from trainers.data import batches, load_arrays
 from trainers.loop import build_optimizer, set_hyperparameters, train_step

@@ -31,7 +31,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import run_workers
 from trainers.gpt import GPTConfig, build_gpt
 from trainers.parallel import build_mesh, parallelize

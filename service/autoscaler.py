@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from api.elastic import AutoscalerPublic, NodeTypeCapacity
+from api.schemas import AutoscalerPublic, NodeTypeCapacity
 from api.schemas import ClusterInfo
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, ForeignKey, Integer, UniqueConstraint, func, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
-from api.elastic import WorkerGroupPublic, WorkerPlacement
+from api.schemas import WorkerGroupPublic, WorkerPlacement
 from api.errors import NotFound
 from api.schemas import JobSpec
 from service.store import Base, JobRow

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from api.errors import NotFound
 from api.schemas import JobStatus
-from api.tune_schemas import BestTrialPublic, ExploitPublic, TrialCheckpoint, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, TrialCheckpoint, TrialMetricPoint, TrialPublic
 from service.store import Base, CheckpointRow, JobRow
 
 LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")

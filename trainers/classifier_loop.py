@@ -96,7 +96,7 @@ def train_loop(config: dict) -> None:
     meta = {"n_features": data.n_features, "n_classes": data.n_classes}
     place = parallelize
     if spec.parallelism.strategy == "parameter_server":
-        # parallelize() still refuses this strategy (api.parallelism lists it as
+        # parallelize() still refuses this strategy (api.schemas.parallelism lists it as
         # unavailable); the job spec has already checked it applies to this model.
         place = parallelize_parameter_server
     pm = place(

@@ -6,7 +6,7 @@ them at once."""
 from __future__ import annotations
 
 from api.errors import CapacityExceeded
-from api.tune_schemas import TuneSpec
+from api.schemas import TuneSpec
 
 
 def trial_demand(spec: TuneSpec) -> tuple[float, float]:

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from api.schemas import FailureCause
-from api.tune_schemas import TuneSpec
+from api.schemas import TuneSpec
 from trainers import events
 from tuning.events import SearchEvents
 from tuning.search import build_tuner, trial_runs_path

@@ -11,7 +11,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
 
-from api.tune_schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
+from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from tuning.events import SearchCallback, SearchEvents
 from tuning.population import Population
 from tuning.schedulers import RecordingPB2, RecordingPBT

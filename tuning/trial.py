@@ -24,7 +24,7 @@ from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
 from api.schemas import TrainSpec
-from api.tune_schemas import TuneSpec
+from api.schemas import TuneSpec
 from tuning.population import Alignment
 
 POLL_S = 0.2

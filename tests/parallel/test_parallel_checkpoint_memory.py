@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, GLOBAL_BATCH, SEED, dataset, make_optimizer, run_workers
 from trainers.gpt import build_gpt
 from trainers.parallel import build_mesh, load_checkpoint, parallelize, save_checkpoint

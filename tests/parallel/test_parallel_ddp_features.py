@@ -2,7 +2,7 @@
 
 import pytest
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, SEED, run_workers, train_specs_worker
 from trainers.gpt import build_gpt
 

@@ -8,7 +8,7 @@ reference within 1e-4.
 import pytest
 import torch
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import (
     CFG,
     GLOBAL_BATCH,

@@ -6,7 +6,7 @@ Skipped on machines without CUDA (and the multi-GPU test without 2 GPUs).
 import pytest
 import torch
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import reference_run, run_workers, train_specs_worker
 
 STEPS = 20

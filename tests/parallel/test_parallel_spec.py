@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from api.parallelism import MeshShape, ParallelismSpec, resolve_mesh, validate_parallelism
+from api.schemas.parallelism import MeshShape, ParallelismSpec, resolve_mesh, validate_parallelism
 
 
 def check(par, *, num_workers=2, use_gpu=False, n_layers=2, n_heads=2, user_code=False):
@@ -117,9 +117,16 @@ def test_options_for_another_strategy_are_refused():
     assert paths(errors) == ["parallelism.tensor_degree", "parallelism.pipeline"]
 
 
-def test_parameter_server_is_refused_until_available():
-    errors = check(ParallelismSpec(strategy="parameter_server", parameter_server={"mode": "sync", "staleness": 2}))
-    assert paths(errors) == ["parallelism.strategy", "parallelism.parameter_server.staleness"]
+def test_parameter_server_runs_the_builtin_classifiers_only():
+    par = ParallelismSpec(strategy="parameter_server", parameter_server={"mode": "sync", "staleness": 2})
+    gpt = check(par)
+    user = check(par, n_layers=None, n_heads=None, user_code=True)
+    classifier = check(par, n_layers=None, n_heads=None)
+    assert paths(gpt) == ["parallelism.strategy", "parallelism.parameter_server.staleness"]
+    assert "model.type gpt" in gpt[0][1]
+    assert paths(user) == ["parallelism.strategy", "parallelism.parameter_server.staleness"]
+    assert "user code" in user[0][1]
+    assert paths(classifier) == ["parallelism.parameter_server.staleness"]
 
 
 @pytest.mark.parametrize(
@@ -144,7 +151,7 @@ def test_spec_module_does_not_import_torch():
     import sys
     from pathlib import Path
 
-    code = "import sys, api.parallelism; print('torch' in sys.modules)"
+    code = "import sys, api.schemas, api.client; print(sorted(m for m in ('torch', 'ray', 'fastapi', 'sqlalchemy') if m in sys.modules))"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "[]"

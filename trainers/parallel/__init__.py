@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from api.parallelism import ParallelismSpec, resolve_mesh, validate_parallelism
+from api.schemas import ParallelismSpec, resolve_mesh, validate_parallelism
 from trainers.gpt import lm_loss
 from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
 from trainers.parallel.checkpoint import load_checkpoint, save_checkpoint

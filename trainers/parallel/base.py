@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

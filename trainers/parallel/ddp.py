@@ -33,7 +33,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from trainers.parallel.base import CommCounter, LossFn, OptimizerFactory, ParallelModel, mesh_device
 
 POWERSGD_RANK = 2

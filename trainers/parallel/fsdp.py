@@ -34,7 +34,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from trainers.parallel.base import (
     LossFn,
     OptimizerFactory,

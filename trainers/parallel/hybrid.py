@@ -1,7 +1,7 @@
 """Hybrid parallelism: a data axis combined with one model axis on a 2-D mesh.
 
 The mesh is ``data x pipeline x tensor`` with at most one of the model axes larger
-than 1 (see ``api.parallelism.validate_parallelism``):
+than 1 (see ``api.schemas.validate_parallelism``):
 
 - ``data x pipeline``: every data replica is a full pipeline; after each step every
   stage averages its gradients with the same stage of the other replicas;
@@ -18,7 +18,7 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
 from trainers.parallel.ddp import DDPModel
 from trainers.parallel.pipeline import PipelineParallelModel

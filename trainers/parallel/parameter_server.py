@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel, split_batch
 
 

@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from api.parallelism import ParallelismSpec
+from api.schemas import ParallelismSpec
 from trainers.parallel.base import (
     LossFn,
     OptimizerFactory,

@@ -8,26 +8,21 @@ per-trial budget. Every trial is that base spec with the sampled values put in, 
 its own distributed ``TorchTrainer``. ``TuneSpec.trial_spec`` builds a trial's spec;
 the validators run it on every edge of the space at submit time, so a value that would
 make a trial's spec invalid is refused before anything runs.
-
-Like ``api.schemas`` this module imports only pydantic and the standard library.
-``TrainSpec`` lives in ``api.schemas``, which imports this module to add ``TuneSpec`` to
-the ``JobSpec`` union; the reference is resolved at the end of this module, so either
-module may be imported first.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-if TYPE_CHECKING:
-    from api.schemas import TrainSpec
+from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.search_space import CONTINUOUS, Distribution, Grid, apply_values
+from api.schemas.train import MAX_DURATION_S, TrainSpec
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-JOB_KINDS = ("train", "tune")
+MAX_TRIALS = 10_000
+MAX_SEARCHED_FIELDS = 64
 
 # Fields of the base spec a search may not vary, and why (the message says what to do).
 FIXED_FIELDS = {
@@ -47,57 +42,6 @@ FIXED_FIELDS = {
 }
 # What the built-in classifiers report at every epoch (trainers/loop.py).
 CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def job_kind(value: Any) -> str:
-    """The discriminator of ``JobSpec``: a spec without ``kind`` is a training job."""
-    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind is not None else "train"
-
-
-# ----------------------------------------------------------------------------- search space
-
-
-class Uniform(Strict):
-    type: Literal["uniform"] = Field(description="Uniform between low and high.")
-    low: float = Field(description="Lower bound.")
-    high: float = Field(description="Upper bound (greater than low).")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "Uniform":
-        if not self.low < self.high:
-            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
-        return self
-
-
-class LogUniform(Strict):
-    type: Literal["loguniform"] = Field(description="Uniform in log space: for learning rates and weight decays.")
-    low: float = Field(gt=0.0, description="Lower bound (positive).")
-    high: float = Field(gt=0.0, description="Upper bound (greater than low).")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "LogUniform":
-        if not self.low < self.high:
-            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
-        return self
-
-
-class Choice(Strict):
-    type: Literal["choice"] = Field(description="One of the values, drawn at random.")
-    values: list[Any] = Field(min_length=1, description="The values to choose from.")
-
-
-class Grid(Strict):
-    type: Literal["grid"] = Field(description="Every value in turn: the search runs each one.")
-    values: list[Any] = Field(min_length=1, description="The values to run.")
-
-
-Distribution = Annotated[Union[Uniform, LogUniform, Choice, Grid], Field(discriminator="type")]
-CONTINUOUS = (Uniform, LogUniform)
 
 
 # ----------------------------------------------------------------------------- options
@@ -125,10 +69,10 @@ class TrialBudget(Strict):
 
 class PBTOptions(Strict):
     perturbation_interval: int | None = Field(
-        default=None, ge=1,
+        default=None, ge=1, le=100_000_000,
         description="Budget units (epochs or steps) between exploit/explore decisions; default a quarter of the budget.",
     )  # fmt: skip
-    burn_in_period: int = Field(default=0, ge=0, description="Budget units before the first perturbation.")
+    burn_in_period: int = Field(default=0, ge=0, le=100_000_000, description="Budget units before the first perturbation.")
     quantile_fraction: float = Field(
         default=0.25, gt=0.0, le=0.5,
         description="Share of the population at the bottom that clones a trial from the top share of the same size.",
@@ -141,7 +85,7 @@ class PBTOptions(Strict):
         default=(1.2, 0.8), description="A continuous value is multiplied by one of these when perturbed."
     )
     hyperparam_mutations: dict[str, Distribution] | None = Field(
-        default=None,
+        default=None, max_length=MAX_SEARCHED_FIELDS,
         description="Fields PBT perturbs and where it resamples them from; default the whole search space.",
     )
     align: bool = Field(
@@ -155,8 +99,8 @@ class PBTOptions(Strict):
 
 
 class ASHAOptions(Strict):
-    grace_period: int = Field(default=1, ge=1, description="Budget units every trial gets before it may be stopped.")
-    reduction_factor: float = Field(default=2.0, gt=1.0, description="Only 1/reduction_factor of trials go on at each rung.")
+    grace_period: int = Field(default=1, ge=1, le=100_000_000, description="Budget units every trial gets before it may be stopped.")
+    reduction_factor: float = Field(default=2.0, gt=1.0, le=1000, description="Only 1/reduction_factor of trials go on at each rung.")
     brackets: int = Field(default=1, ge=1, le=10, description="Number of ASHA brackets.")
 
 
@@ -167,21 +111,23 @@ class TuneSpec(Strict):
     """A hyperparameter search: a population of distributed training trials."""
 
     kind: Literal["tune"] = Field(description="Job kind: a hyperparameter search.")
-    name: str = Field(default="search", pattern=NAME_PATTERN, description="Human-readable name (letters, digits, . _ -).")
-    labels: dict[str, str] = Field(default_factory=dict, description="Free labels to filter jobs by.")
+    name: str = Field(default="search", pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")
+    labels: Labels = Field(default_factory=dict)
     priority: int = Field(
         default=0, ge=-1000, le=1000, description="Queue priority: higher starts first; equal priorities start in arrival order."
     )
     max_runtime_s: float | None = Field(
-        default=None, gt=0, description="Fail the search (cause TIMEOUT) if it runs longer than this many seconds."
+        default=None, gt=0, le=MAX_DURATION_S,
+        description="Fail the search (cause TIMEOUT) if an attempt runs longer than this many seconds.",
     )
     scheduling_timeout_s: float | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=MAX_DURATION_S,
         description="Fail the search (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
     )  # fmt: skip
 
     base: TrainSpec = Field(description="The training spec every trial starts from (a built-in model or user code).")
     search_space: dict[str, Distribution] = Field(
+        max_length=MAX_SEARCHED_FIELDS,
         description=(
             "Dotted field paths of `base` (optimizer.lr, batch_size, model.dropout, config.<key> for user code) "
             "mapped to distributions: {type: uniform|loguniform, low, high} or {type: choice|grid, values}."
@@ -198,11 +144,11 @@ class TuneSpec(Strict):
     metric: str = Field(min_length=1, description="Reported metric to optimise, e.g. val_acc or val_loss.")
     mode: Literal["min", "max"] = Field(description="Whether a lower (min) or higher (max) metric is better.")
     num_trials: int | None = Field(
-        default=None, ge=1, le=10_000,
+        default=None, ge=1, le=MAX_TRIALS,
         description="Trials in all (the PBT population). Default: the grid size with grid entries, else 4.",
     )  # fmt: skip
     max_concurrent_trials: int | None = Field(
-        default=None, ge=1, le=10_000, description="Trials running at once; default all of them. Checked against the cluster."
+        default=None, ge=1, le=MAX_TRIALS, description="Trials running at once; default all of them. Checked against the cluster."
     )
     budget: TrialBudget | None = Field(
         default=None,
@@ -215,7 +161,7 @@ class TuneSpec(Strict):
         default=1.0, gt=0.0, le=64,
         description="CPUs held by each trial's driver (the Tune trainable that runs its TorchTrainer), on top of base.scaling.",
     )  # fmt: skip
-    seed: int | None = Field(default=None, ge=0, description="Seed for sampling and PBT's choices (reproducible searches).")
+    seed: int | None = Field(default=None, ge=0, lt=2**32, description="Seed for sampling and PBT's choices (reproducible searches).")
     pbt: PBTOptions | None = Field(default=None, description="Options of algorithm pbt and pb2.")
     asha: ASHAOptions | None = Field(default=None, description="Options of algorithm asha.")
 
@@ -271,7 +217,7 @@ class TuneSpec(Strict):
     def trial_spec(self, values: dict[str, Any]) -> "TrainSpec":
         """The training spec of one trial: the base with ``values`` (dotted path ->
         value) put in, the budget as its length, and a checkpoint at every report."""
-        return _train_spec_cls().model_validate(self._trial_dict(values))
+        return TrainSpec.model_validate(self._trial_dict(values))
 
     def _trial_dict(self, values: dict[str, Any]) -> dict[str, Any]:
         spec = apply_values(self.base.model_dump(mode="json"), values)
@@ -326,6 +272,12 @@ class TuneSpec(Strict):
             problems.append(("search_space", "algorithm grid needs at least one {type: grid, values: [...]} entry"))
         if self.algorithm == "bayesian" and grid:
             problems.append((f"search_space.{grid[0]}", "bayesian search samples; it cannot run a grid. Use type choice"))
+        if grid and self.grid_size > MAX_TRIALS:
+            return problems + [(
+                "search_space",
+                f"the grid has {self.grid_size} points, more than the {MAX_TRIALS} trials a search may run; "
+                "use fewer grid values or type choice",
+            )]
         if self.num_trials is None:
             self.num_trials = self.grid_size if grid else 4
         elif grid and self.num_trials % self.grid_size:
@@ -437,104 +389,3 @@ class TuneSpec(Strict):
                     problems.append((f"search_space.{path}", f"value {value!r} gives an invalid trial spec: {msg}"))
                     break
         return problems
-
-
-# ----------------------------------------------------------------------------- values
-
-
-def apply_values(spec: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a dumped spec with each dotted path set to its value. A float put
-    into an integer field is rounded (PBT multiplies values by its perturbation
-    factors; a batch size must stay whole)."""
-    out = copy.deepcopy(spec)
-    for path, value in values.items():
-        *parents, leaf = path.split(".")
-        node = out
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        old = node.get(leaf)
-        if isinstance(old, int) and not isinstance(old, bool) and isinstance(value, float):
-            value = int(round(value))
-        node[leaf] = value
-    return out
-
-
-def clip_to_space(values: dict[str, Any], space: dict[str, Any]) -> dict[str, Any]:
-    """Keep perturbed continuous values inside their distribution's bounds: PBT's
-    multiplications would otherwise walk a learning rate out of any sane range."""
-    out = dict(values)
-    for path, dist in space.items():
-        if isinstance(dist, CONTINUOUS) and isinstance(out.get(path), (int, float)) and not isinstance(out[path], bool):
-            out[path] = type(out[path])(min(max(out[path], dist.low), dist.high))
-    return out
-
-
-# ----------------------------------------------------------------------------- responses
-
-
-class TrialPublic(BaseModel):
-    trial_id: str = Field(description="Tune's id of the trial.")
-    status: str = Field(description="PENDING, RUNNING, PAUSED, TERMINATED or ERROR (CANCELLED once the job was).")
-    config: dict[str, Any] = Field(description="The trial's current values of the searched fields (dotted paths).")
-    reports: int = Field(description="Reports received from the trial.")
-    last_metrics: dict[str, Any] | None = Field(default=None, description="The trial's latest report.")
-    best_metric: float | None = Field(default=None, description="The trial's best value of the search metric so far.")
-    stopped_early: bool = Field(default=False, description="Ended before its budget (stopped by the scheduler).")
-    exploits: int = Field(default=0, description="How many times the trial cloned another one (PBT).")
-    error: str | None = Field(default=None, description="Why the trial failed, when it did.")
-
-
-class TrialMetricPoint(BaseModel):
-    seq: int = Field(description="Position in the search's report sequence (across trials).")
-    ts: float = Field(description="Unix time the report reached the search driver.")
-    epoch: int | None = None
-    step: int | None = None
-    metrics: dict[str, Any]
-    config: dict[str, Any] = Field(description="The trial's searched values when it made the report.")
-
-
-class ExploitPublic(BaseModel):
-    seq: int = Field(description="Order of the event within the search.")
-    ts: float = Field(description="Unix time of the decision.")
-    trial_id: str = Field(description="The trial that cloned (the bottom of the population).")
-    donor_trial_id: str = Field(description="The trial it cloned weights and hyperparameters from.")
-    donor_time: float | None = Field(default=None, description="The donor's epoch or step at its cloned checkpoint.")
-    trial_time: float | None = Field(default=None, description="The cloning trial's own epoch or step when it gave up its run.")
-    donor_metric: float | None = Field(default=None, description="The donor's search metric at that checkpoint.")
-    old_config: dict[str, Any] = Field(description="The cloning trial's values before.")
-    donor_config: dict[str, Any] = Field(description="The donor's values.")
-    new_config: dict[str, Any] = Field(description="The perturbed values the trial goes on with.")
-    checkpoint_path: str | None = Field(default=None, description="The donor checkpoint the trial restarted from.")
-
-
-class TrialCheckpoint(BaseModel):
-    id: int | None = Field(default=None, description="Id in the job's checkpoint list (GET /v1/jobs/{id}/checkpoints/{cid}/download).")
-    path: str = Field(description="Where the checkpoint lives in storage.")
-    epoch: int | None = None
-    step: int | None = None
-
-
-class BestTrialPublic(BaseModel):
-    trial_id: str = Field(description="The best trial.")
-    metric: str
-    mode: str
-    value: float = Field(description="Its best value of the metric.")
-    config: dict[str, Any] = Field(description="The searched values it had when it reported that value.")
-    metrics: dict[str, Any] = Field(description="That whole report.")
-    final: bool = Field(description="True once the search ended; before, the best so far.")
-    checkpoint: TrialCheckpoint | None = Field(default=None, description="Its best checkpoint, once final.")
-
-
-# ----------------------------------------------------------------------------- resolution
-
-# api.schemas imports this module after defining TrainSpec (to build the JobSpec
-# union), so the import below finds it whichever of the two modules came first.
-from api.schemas import TrainSpec  # noqa: E402
-
-TuneSpec.model_rebuild()
-
-
-def _train_spec_cls() -> type["TrainSpec"]:
-    return TrainSpec

@@ -13,16 +13,15 @@ The models below check single fields only. Checks that need other parts of the j
 (worker count, GPU, model size, whether the job brings its own code) live in
 :func:`validate_parallelism`, which returns every problem at once as
 ``(dotted_path, message)`` pairs so the API can answer one 4xx listing all of them.
-
-This module imports only pydantic and the standard library: the SDK and the service
-import it without torch.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from api.schemas.common import Strict
 
 Strategy = Literal["ddp", "fsdp", "tensor", "pipeline", "hybrid", "parameter_server"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -33,15 +32,15 @@ GradCompression = Literal["none", "bf16", "fp16", "powersgd"]
 # own model, so only structure-agnostic strategies apply to it.
 MODEL_AWARE_STRATEGIES = frozenset({"tensor", "pipeline", "hybrid"})
 
-# Accepted by the schema so specs can be written against it, refused at submit time
-# until the trainer side exists.
-UNAVAILABLE_STRATEGIES = frozenset({"parameter_server"})
+# Strategies that run only the built-in classifiers (mlp, cnn): the parameter server
+# holds their parameters in Ray actors shard by shard.
+CLASSIFIER_ONLY_STRATEGIES = frozenset({"parameter_server"})
+Compile = Literal["auto", "on", "off"]
 
 
-class PipelineOptions(BaseModel):
+class PipelineOptions(Strict):
     """How a pipeline-parallel model is cut and scheduled."""
 
-    model_config = ConfigDict(extra="forbid")
 
     stages: int | None = Field(
         default=None,
@@ -73,10 +72,9 @@ class PipelineOptions(BaseModel):
     )
 
 
-class MeshShape(BaseModel):
+class MeshShape(Strict):
     """Sizes of the three worker axes; their product is the number of workers."""
 
-    model_config = ConfigDict(extra="forbid")
 
     data: int = Field(default=1, ge=1, description="Data-parallel replicas of the model.")
     pipeline: int = Field(default=1, ge=1, description="Pipeline stages per replica.")
@@ -89,10 +87,9 @@ class MeshShape(BaseModel):
         return self.data * self.pipeline * self.tensor
 
 
-class ParameterServerOptions(BaseModel):
+class ParameterServerOptions(Strict):
     """Parameter-server training: servers hold the weights, workers push gradients."""
 
-    model_config = ConfigDict(extra="forbid")
 
     num_servers: int = Field(
         default=1,
@@ -116,10 +113,8 @@ class ParameterServerOptions(BaseModel):
     )
 
 
-class ParallelismSpec(BaseModel):
+class ParallelismSpec(Strict):
     """How a training job spreads its model and batches over its workers."""
-
-    model_config = ConfigDict(extra="forbid")
 
     strategy: Strategy = Field(
         default="ddp",
@@ -128,7 +123,8 @@ class ParallelismSpec(BaseModel):
             "parameters, gradients and optimizer state are sharded over workers. tensor: "
             "each layer's weights are split over workers. pipeline: consecutive layers "
             "live on different workers. hybrid: an explicit mesh (data x pipeline or data "
-            "x tensor). parameter_server: not available yet."
+            "x tensor). parameter_server: Ray actors hold parameter shards and optimizer "
+            "state; workers push gradients and pull weights (built-in mlp and cnn)."
         ),
     )
     pipeline: PipelineOptions = Field(
@@ -177,6 +173,13 @@ class ParallelismSpec(BaseModel):
         default_factory=ParameterServerOptions,
         description="Parameter-server options; read by strategy parameter_server.",
     )
+    compile: Compile = Field(
+        default="auto",
+        description=(
+            "torch.compile the built-in model and its loss: auto compiles on GPU and not on CPU "
+            "(where compile time outweighs the gain for small models); on/off force it."
+        ),
+    )
 
 
 def resolve_mesh(par: ParallelismSpec, num_workers: int) -> MeshShape:
@@ -224,11 +227,12 @@ def validate_parallelism(
         errors.append((f"parallelism.{path}" if path else "parallelism", message))
 
     strategy = par.strategy
-    if strategy in UNAVAILABLE_STRATEGIES:
+    if strategy in CLASSIFIER_ONLY_STRATEGIES and (user_code or n_layers is not None):
+        what = "user code" if user_code else "model.type gpt"
         err(
             "strategy",
-            f"strategy {strategy} is not available yet. Use ddp (or fsdp for a model too "
-            "large to replicate on every worker).",
+            f"strategy {strategy} runs the built-in mlp and cnn only, not {what}. "
+            "Use ddp or fsdp, or model.type mlp/cnn.",
         )
     if user_code and strategy in MODEL_AWARE_STRATEGIES:
         err(

@@ -10,15 +10,15 @@ Batch semantics on a resize: the per-worker ``batch_size`` stays fixed, so the g
 batch is ``batch_size x world_size`` and scales with the workers; each epoch is one pass
 over the training data split into ``world_size`` shards, and a resized group re-shards
 from the start of the epoch it resumes in. The learning rate is not rescaled.
-
-This module imports only pydantic and ``api.parallelism`` so the contract stays light.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from api.schemas.common import Strict
 
 MAX_WORKERS = 4096
 # Strategies whose mesh is the data axis alone, so any world size runs them. The
@@ -29,9 +29,7 @@ ELASTIC_STRATEGIES = frozenset({"ddp", "fsdp"})
 ELASTIC_DEFAULT_MAX_RETRIES = 3
 
 
-class WorkerRange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class WorkerRange(Strict):
     min: int = Field(ge=1, le=MAX_WORKERS, description="Fewest workers the job trains with; it starts once this many fit.")
     max: int = Field(ge=1, le=MAX_WORKERS, description="Most workers; the job grows to this many when capacity appears.")
 
@@ -98,36 +96,38 @@ def elastic_problems(
     return problems
 
 
-# ----------------------------------------------------------------------------- responses
 
-
-class WorkerPlacement(BaseModel):
-    ip: str = Field(description="Address of the node the worker runs on.")
-    node_id: str = Field(description="Ray node id.")
-
-
-class WorkerGroupPublic(BaseModel):
-    seq: int = Field(description="Position in the job's worker-group starts (0-based, gap-free).")
-    attempt: int = Field(description="The job attempt (Ray job submission) it happened in.")
-    ts: float = Field(description="Unix time the worker group started.")
-    world_size: int = Field(description="Number of workers in the group.")
-    nodes: list[WorkerPlacement] = Field(description="Where each worker runs, in rank order.")
-
-
-class NodeTypeCapacity(BaseModel):
-    name: str = Field(description="The autoscaler's node type.")
-    resources: dict[str, float] = Field(default_factory=dict, description="Resources of one node of this type, when known.")
-    running: int = Field(description="Nodes of this type in the cluster now.")
-    pending: int = Field(description="Nodes of this type being launched.")
-    max_workers: int | None = Field(default=None, description="Most nodes of this type the autoscaler may run; None when unknown.")
-
-
-class AutoscalerPublic(BaseModel):
-    node_types: list[NodeTypeCapacity] = Field(description="Node types the autoscaler reports or is configured with.")
-    cpus_addable: float | None = Field(
-        description="CPUs the autoscaler can still add beyond the nodes present; None when its limits are unknown (counted as unbounded)."
+class ScalingSpec(Strict):
+    num_workers: Annotated[int, Field(ge=1, le=4096)] | WorkerRange = Field(
+        default=2,
+        description=(
+            "Number of Ray Train workers, or a range {min, max} for an elastic job: it starts with "
+            "what fits (at least min), grows towards max as capacity appears and shrinks when a node "
+            "is lost, resuming from its last checkpoint each time (see api/elastic.py)."
+        ),
     )
-    gpus_addable: float | None = Field(description="GPUs it can still add; None when unknown.")
-    limits_from: str | None = Field(
-        default=None, description="The autoscaler config file the limits were read from (RAYDOCK_AUTOSCALER_CONFIG), if any."
-    )
+    use_gpu: bool = Field(default=False, description="Give each worker one GPU and use NCCL.")
+    cpus_per_worker: float = Field(default=1.0, gt=0.0, le=512, description="CPUs reserved per worker.")
+    resize_check_interval_s: float = Field(
+        default=60.0, ge=1.0, le=86_400,
+        description="Elastic jobs only: how often a running job checks whether it can grow (each resize restarts its workers).",
+    )  # fmt: skip
+
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _count_or_range(cls, v: Any) -> Any:
+        return coerce_num_workers(v)
+
+    @property
+    def is_elastic(self) -> bool:
+        return isinstance(self.num_workers, WorkerRange)
+
+    @property
+    def min_workers(self) -> int:
+        """What admission and capacity checks count: an elastic job starts with this many."""
+        return self.num_workers.min if self.is_elastic else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers.max if self.is_elastic else self.num_workers
+

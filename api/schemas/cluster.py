@@ -1,0 +1,60 @@
+"""What the API answers about the cluster: nodes, free capacity, the autoscaler, and
+where a job's worker groups ran."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+
+class WorkerPlacement(BaseModel):
+    ip: str = Field(description="Address of the node the worker runs on.")
+    node_id: str = Field(description="Ray node id.")
+
+
+class WorkerGroupPublic(BaseModel):
+    seq: int = Field(description="Position in the job's worker-group starts (0-based, gap-free).")
+    attempt: int = Field(description="The job attempt (Ray job submission) it happened in.")
+    ts: float = Field(description="Unix time the worker group started.")
+    world_size: int = Field(description="Number of workers in the group.")
+    nodes: list[WorkerPlacement] = Field(description="Where each worker runs, in rank order.")
+
+
+class NodeTypeCapacity(BaseModel):
+    name: str = Field(description="The autoscaler's node type.")
+    resources: dict[str, float] = Field(default_factory=dict, description="Resources of one node of this type, when known.")
+    running: int = Field(description="Nodes of this type in the cluster now.")
+    pending: int = Field(description="Nodes of this type being launched.")
+    max_workers: int | None = Field(default=None, description="Most nodes of this type the autoscaler may run; None when unknown.")
+
+
+class AutoscalerPublic(BaseModel):
+    node_types: list[NodeTypeCapacity] = Field(description="Node types the autoscaler reports or is configured with.")
+    cpus_addable: float | None = Field(
+        description="CPUs the autoscaler can still add beyond the nodes present; None when its limits are unknown (counted as unbounded)."
+    )
+    gpus_addable: float | None = Field(description="GPUs it can still add; None when unknown.")
+    limits_from: str | None = Field(
+        default=None, description="The autoscaler config file the limits were read from (RAYDOCK_AUTOSCALER_CONFIG), if any."
+    )
+
+
+class NodeInfo(BaseModel):
+    node_id: str
+    ip: str
+    alive: bool
+    is_head: bool
+    cpus: float
+    gpus: float
+
+
+class ClusterInfo(BaseModel):
+    address: str = Field(description="The Ray dashboard address raydock talks to.")
+    nodes: list[NodeInfo]
+    cpus_total: float
+    cpus_free: float
+    gpus_total: float
+    gpus_free: float
+    autoscaler: AutoscalerPublic | None = Field(
+        default=None, description="What the cluster's autoscaler can add; None when the cluster has no autoscaler."
+    )

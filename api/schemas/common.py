@@ -1,0 +1,69 @@
+"""What every part of the contract shares: the strict base model, the bounds on names,
+labels and integers, the job status and failure-cause enums, and the error body."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+INT64_MAX = 2**63 - 1
+# Integers in paths and queries; larger values are refused with a 4xx before any query runs.
+Int64 = Annotated[int, Field(ge=-(2**63), le=INT64_MAX)]
+NonNegInt64 = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+MAX_LABELS = 32
+LABEL_KEY_RE = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_RE)]
+LabelValue = Annotated[str, StringConstraints(max_length=256)]
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    Field(
+        max_length=MAX_LABELS,
+        description=(
+            f"Free labels to filter jobs by: at most {MAX_LABELS}, keys of 1-63 letters, digits, `. _ / -` "
+            "(starting with a letter or digit), values of at most 256 characters."
+        ),
+    ),
+]
+
+
+class Strict(BaseModel):
+    """Every spec model: unknown fields are refused (a typo fails loudly) and floats are finite."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "QUEUED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    CANCELLING = "CANCELLING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class FailureCause(str, enum.Enum):
+    USER_CODE = "USER_CODE"  # the training code raised
+    NO_RESOURCES = "NO_RESOURCES"  # the cluster could not give what the job asked for
+    INFRASTRUCTURE = "INFRASTRUCTURE"  # Ray, the node, or raydock itself failed
+    TIMEOUT = "TIMEOUT"  # the job ran past its max_runtime_s
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Machine-readable error code, e.g. `invalid_spec`.")
+    message: str = Field(description="What went wrong and what to change.")
+    details: list[dict[str, Any]] = Field(default_factory=list, description="Per-field problems, if any.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,196 @@
+"""Events: what a running job tells the server, typed.
+
+A job's driver (and a search's driver) writes each event as one log line,
+``RAYDOCK_EVENT {json}``, and also pushes it over HTTP. The server validates every
+event from either channel with :func:`parse_event`; an event that does not validate is
+dropped and counted on its job, never trusted. Extra fields are ignored so an older
+server reads a newer driver's events. ``(attempt, type family, seq)`` identifies an
+event, so the two channels store it once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
+
+MARKER = "RAYDOCK_EVENT "
+MAX_SEQ = 2**53  # JSON numbers stay exact below this
+MAX_METRICS = 512
+MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are sent
+
+Seq = Annotated[int, Field(ge=0, lt=MAX_SEQ)]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Path = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _metric_value(v: Any) -> Any:
+    # Nothing is coerced: an int too large for the store is refused rather than turned
+    # into a float, and "1" stays a string.
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int) and -(2**63) <= v < 2**63:
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return v
+    if isinstance(v, str) and len(v) <= 1000:
+        return v
+    raise ValueError("a metric value is a finite number, an int64, a bool, null or a string of at most 1000 characters")
+
+
+MetricValue = Annotated[
+    Union[bool, int, float, str, None],
+    PlainValidator(_metric_value, json_schema_input_type=Union[bool, int, float, str, None]),
+]
+Metrics = Annotated[dict[Key, MetricValue], Field(max_length=MAX_METRICS)]
+# Searched values: dotted path -> any JSON value (a choice may hold lists or objects).
+Config = Annotated[dict[Key, Any], Field(max_length=MAX_METRICS)]
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    seq: Seq = Field(description="Position in the sender's sequence for this kind of event.")
+    ts: FiniteFloat = Field(default=0.0, ge=0.0, description="Unix time the event was made.")
+
+
+class StartedEvent(Event):
+    type: Literal["started"]
+    pid: int | None = None
+
+
+class MetricEvent(Event):
+    type: Literal["metric"]
+    metrics: Metrics
+
+
+class CheckpointEvent(Event):
+    type: Literal["checkpoint"]
+    path: Path
+    metrics: Metrics = Field(default_factory=dict)
+
+
+class WorkerFailureEvent(Event):
+    type: Literal["worker_failure"]
+    reason: Text = ""
+
+
+class ErrorEvent(Event):
+    """The job's code or cluster failed. TIMEOUT and CANCELLED are the server's to decide."""
+
+    type: Literal["error"]
+    cause: Literal["USER_CODE", "NO_RESOURCES", "INFRASTRUCTURE"]
+    message: Text = ""
+    traceback: Text = ""
+
+
+class ResultEvent(Event):
+    """A training run ended: its final metrics and last checkpoint."""
+
+    type: Literal["result"]
+    metrics: Metrics = Field(default_factory=dict)
+    path: Path | None = None
+
+
+class WorkerNode(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    ip: Annotated[str, StringConstraints(max_length=64)]
+    node_id: Annotated[str, StringConstraints(max_length=128)]
+
+
+class WorkerGroupEvent(Event):
+    type: Literal["worker_group"]
+    world_size: Annotated[int, Field(ge=0, le=1_000_000)]
+    nodes: Annotated[list[WorkerNode], Field(max_length=100_000)]
+
+
+class TrialMetricEvent(Event):
+    type: Literal["trial_metric"]
+    trial_id: Id
+    metrics: Metrics
+    config: Config = Field(default_factory=dict)
+
+
+class TrialEvent(Event):
+    type: Literal["trial"]
+    trial_id: Id
+    status: Literal["PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"]
+    config: Config = Field(default_factory=dict)
+    error: Text | None = None
+
+
+class ExploitEvent(Event):
+    """PBT cloned a donor trial into ``trial_id`` and perturbed its values."""
+
+    type: Literal["exploit"]
+    trial_id: Id
+    donor_trial_id: Id
+    donor_time: FiniteFloat | None = None
+    trial_time: FiniteFloat | None = None
+    donor_metric: FiniteFloat | None = None
+    old_config: Config = Field(default_factory=dict)
+    donor_config: Config = Field(default_factory=dict)
+    new_config: Config = Field(default_factory=dict)
+    checkpoint_path: Path | None = None
+
+
+class BestTrialEvent(Event):
+    """A search ended: its best trial."""
+
+    type: Literal["best_trial"]
+    trial_id: Id
+    value: FiniteFloat
+    config: Config = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=dict)
+    checkpoint_path: Path | None = None
+
+
+JobEvent = Annotated[
+    Union[
+        StartedEvent, MetricEvent, CheckpointEvent, WorkerFailureEvent, ErrorEvent, ResultEvent,
+        WorkerGroupEvent, TrialMetricEvent, TrialEvent, ExploitEvent, BestTrialEvent,
+    ],
+    Field(discriminator="type"),
+]  # fmt: skip
+_adapter: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)
+
+
+def parse_event(obj: Any) -> JobEvent:
+    """Validate one decoded event; raises ``pydantic.ValidationError``."""
+    return _adapter.validate_python(obj)
+
+
+def jsonable(value: Any) -> Any:
+    """Metric values as JSON can carry them: non-finite floats as strings ("nan", "inf"),
+    numpy/torch scalars as numbers, anything else as its text."""
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars
+    if callable(item):
+        try:
+            return jsonable(item())
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
+def event_json(event: Event) -> str:
+    """The compact JSON of an event, as both channels carry it."""
+    return json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+
+
+def event_line(event: Event) -> str:
+    """The log line of an event: ``RAYDOCK_EVENT {json}``."""
+    return MARKER + event_json(event)

@@ -1,0 +1,63 @@
+"""What the API answers about jobs: the job record, its metric series and checkpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from api.schemas.common import FailureCause, JobStatus
+
+class JobPublic(BaseModel):
+    id: str = Field(description="Job id.")
+    name: str
+    kind: str
+    status: JobStatus
+    status_reason: str | None = Field(default=None, description="Why the job is in its status.")
+    failure_cause: FailureCause | None = Field(default=None, description="Set when FAILED.")
+    error: str | None = Field(default=None, description="The error message and traceback tail when FAILED.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(description="The submitted spec with defaults filled in.")
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = Field(default=0, description="Number of times the job has been started.")
+    ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
+    latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
+    queue_position: int | None = Field(default=None, description="1-based place in the queue while QUEUED.")
+    restarts: list["RestartInfo"] = Field(
+        default_factory=list, description="Worker-group restarts from checkpoint within the job's attempts, with why."
+    )
+
+
+class RestartInfo(BaseModel):
+    attempt: int = Field(description="The job attempt (Ray job submission) it happened in.")
+    at: float = Field(description="Unix time of the failure.")
+    reason: str = Field(description="The worker failure that caused the restart.")
+
+
+class JobList(BaseModel):
+    items: list[JobPublic]
+    total: int
+    limit: int
+    offset: int
+
+
+class MetricPoint(BaseModel):
+    seq: int = Field(description="Position in the job's report sequence (0-based, gap-free).")
+    attempt: int = Field(default=1, description="The job attempt that reported it (resume starts a new one).")
+    ts: float = Field(description="Unix time the report was made.")
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, Any]
+
+
+class CheckpointPublic(BaseModel):
+    id: int = Field(description="Checkpoint id within raydock.")
+    path: str = Field(description="Where the checkpoint lives in storage.")
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+

@@ -1,0 +1,61 @@
+"""What the API answers about a search: its trials, their metric series, PBT's lineage
+and the best trial."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+class TrialPublic(BaseModel):
+    trial_id: str = Field(description="Tune's id of the trial.")
+    status: str = Field(description="PENDING, RUNNING, PAUSED, TERMINATED or ERROR (CANCELLED once the job was).")
+    config: dict[str, Any] = Field(description="The trial's current values of the searched fields (dotted paths).")
+    reports: int = Field(description="Reports received from the trial.")
+    last_metrics: dict[str, Any] | None = Field(default=None, description="The trial's latest report.")
+    best_metric: float | None = Field(default=None, description="The trial's best value of the search metric so far.")
+    stopped_early: bool = Field(default=False, description="Ended before its budget (stopped by the scheduler).")
+    exploits: int = Field(default=0, description="How many times the trial cloned another one (PBT).")
+    error: str | None = Field(default=None, description="Why the trial failed, when it did.")
+
+
+class TrialMetricPoint(BaseModel):
+    seq: int = Field(description="Position in the search's report sequence (across trials).")
+    ts: float = Field(description="Unix time the report reached the search driver.")
+    epoch: int | None = None
+    step: int | None = None
+    metrics: dict[str, Any]
+    config: dict[str, Any] = Field(description="The trial's searched values when it made the report.")
+
+
+class ExploitPublic(BaseModel):
+    seq: int = Field(description="Order of the event within the search.")
+    ts: float = Field(description="Unix time of the decision.")
+    trial_id: str = Field(description="The trial that cloned (the bottom of the population).")
+    donor_trial_id: str = Field(description="The trial it cloned weights and hyperparameters from.")
+    donor_time: float | None = Field(default=None, description="The donor's epoch or step at its cloned checkpoint.")
+    trial_time: float | None = Field(default=None, description="The cloning trial's own epoch or step when it gave up its run.")
+    donor_metric: float | None = Field(default=None, description="The donor's search metric at that checkpoint.")
+    old_config: dict[str, Any] = Field(description="The cloning trial's values before.")
+    donor_config: dict[str, Any] = Field(description="The donor's values.")
+    new_config: dict[str, Any] = Field(description="The perturbed values the trial goes on with.")
+    checkpoint_path: str | None = Field(default=None, description="The donor checkpoint the trial restarted from.")
+
+
+class TrialCheckpoint(BaseModel):
+    id: int | None = Field(default=None, description="Id in the job's checkpoint list (GET /v1/jobs/{id}/checkpoints/{cid}/download).")
+    path: str = Field(description="Where the checkpoint lives in storage.")
+    epoch: int | None = None
+    step: int | None = None
+
+
+class BestTrialPublic(BaseModel):
+    trial_id: str = Field(description="The best trial.")
+    metric: str
+    mode: str
+    value: float = Field(description="Its best value of the metric.")
+    config: dict[str, Any] = Field(description="The searched values it had when it reported that value.")
+    metrics: dict[str, Any] = Field(description="That whole report.")
+    final: bool = Field(description="True once the search ended; before, the best so far.")
+    checkpoint: TrialCheckpoint | None = Field(default=None, description="Its best checkpoint, once final.")
+
