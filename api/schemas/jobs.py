@@ -26,6 +26,10 @@ class JobPublic(BaseModel):
     ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
     latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
     queue_position: int | None = Field(default=None, description="1-based place in the queue while QUEUED.")
+    dropped_events: int = Field(
+        default=0, description="Events from the job's driver that did not validate and were ignored."
+    )
+    last_dropped_reason: str | None = Field(default=None, description="Why the last ignored event was refused.")
     restarts: list["RestartInfo"] = Field(
         default_factory=list, description="Worker-group restarts from checkpoint within the job's attempts, with why."
     )
