@@ -1,0 +1,211 @@
+"""The layout is a test: imports flow one way, no module imports itself back, the
+contract stays light, Ray internals have one seam, and modules stay small.
+
+Imports are read from the source (lazy imports inside functions too), so a circle
+stitched with a late import is still a circle. The checks are functions of a source
+tree; the last tests run them on a small tree with a planted cycle and a planted
+fastapi import, to show they fail when they should.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("api", "service", "trainers", "tuning")
+# Which of our packages each package may import (besides itself).
+ALLOWED_EDGES = {
+    "api": set(),
+    "service": {"api"},
+    "trainers": {"api"},
+    "tuning": {"api", "trainers"},
+}
+# Libraries a package must not import: the contract and SDK stay installable anywhere,
+# and what runs on the cluster never reaches for the server's libraries.
+FORBIDDEN_LIBRARIES = {
+    "api": {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "ray", "torch"},
+    "trainers": {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic"},
+    "tuning": {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic"},
+}
+RAY_INTERNALS_SEAM = {"trainers.ray_compat"}
+MAX_LINES = 400
+LONG_MODULES_ALLOWED: dict[str, str] = {}  # module -> why it may be longer
+
+
+@dataclass
+class Tree:
+    imports: dict[str, set[str]] = field(default_factory=dict)  # module -> imported names
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+def read_tree(root: Path, packages=PACKAGES) -> Tree:
+    tree = Tree()
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            module = ".".join(parts[:-1] if is_pkg else parts)
+            source = path.read_text()
+            tree.lines[module] = source.count("\n")
+            tree.imports[module] = _imports(ast.parse(source), module, is_pkg)
+    return tree
+
+
+def _imports(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(node):  # every import, module level or inside a function
+        if isinstance(n, ast.Import):
+            out.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - (n.level - 1)]
+                name = ".".join(base + ([n.module] if n.module else []))
+            else:
+                name = n.module or ""
+            out.add(name)
+            out.update(f"{name}.{a.name}" for a in n.names)
+    return out
+
+
+def internal_graph(tree: Tree) -> dict[str, set[str]]:
+    """module -> our modules it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+    graph: dict[str, set[str]] = {}
+    for module, names in tree.imports.items():
+        graph[module] = {n for n in names if n in tree.imports and n != module}
+    return graph
+
+
+def cycles(tree: Tree) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    graph = internal_graph(tree)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layering_violations(tree: Tree) -> list[str]:
+    out = []
+    for module, names in sorted(tree.imports.items()):
+        package = module.split(".")[0]
+        for name in sorted(names):
+            top = name.split(".")[0]
+            if top in PACKAGES and top != package and top not in ALLOWED_EDGES[package]:
+                out.append(f"{module} imports {name}: {package} may import only {sorted(ALLOWED_EDGES[package]) or 'nothing of ours'}")
+            if top in FORBIDDEN_LIBRARIES.get(package, ()):
+                out.append(f"{module} imports {name}: {package}/ must not import {top}")
+    return out
+
+
+def ray_internals_outside_seam(tree: Tree) -> list[str]:
+    out = []
+    for module, names in sorted(tree.imports.items()):
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "ray" and any(p in ("_private", "_internal", "_raylet") for p in parts) and module not in RAY_INTERNALS_SEAM:
+                out.append(f"{module} imports {name}; Ray internals go through {sorted(RAY_INTERNALS_SEAM)}")
+    return sorted(set(out))
+
+
+def long_modules(tree: Tree) -> list[str]:
+    return [
+        f"{m} has {n} lines (limit {MAX_LINES}): split it along its responsibilities"
+        for m, n in sorted(tree.lines.items())
+        if n > MAX_LINES and m not in LONG_MODULES_ALLOWED
+    ]
+
+
+# ----------------------------------------------------------------------------- the house
+
+
+def test_no_import_cycles():
+    assert cycles(read_tree(ROOT)) == []
+
+
+def test_packages_import_one_way_and_the_contract_stays_light():
+    assert layering_violations(read_tree(ROOT)) == []
+
+
+def test_ray_internals_only_behind_the_seam():
+    assert ray_internals_outside_seam(read_tree(ROOT)) == []
+
+
+def test_no_module_over_the_line_limit():
+    assert long_modules(read_tree(ROOT)) == []
+
+
+def test_http_app_lives_on_the_server_side():
+    tree = read_tree(ROOT)
+    assert not [m for m in tree.imports if m.startswith("api.") and m.split(".")[1] in ("app", "routes", "deps", "http")]
+    assert "service.http.app" in tree.imports
+
+
+# ----------------------------------------------------------------------------- the checks fail when they should
+
+
+def _plant(root: Path, files: dict[str, str]) -> Tree:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for package in PACKAGES:
+        (root / package).mkdir(exist_ok=True)
+        (root / package / "__init__.py").touch()
+    return read_tree(root)
+
+
+def test_a_planted_cycle_is_found_even_through_a_lazy_import(tmp_path):
+    tree = _plant(tmp_path, {
+        "service/a.py": "from service.b import f\n",
+        "service/b.py": "def f():\n    from service import a\n",
+    })  # fmt: skip
+    assert cycles(tree) == [["service.a", "service.b"]]
+
+
+def test_a_planted_server_import_in_the_contract_is_found(tmp_path):
+    tree = _plant(tmp_path, {
+        "api/schemas.py": "import fastapi\n",
+        "trainers/x.py": "from tuning.search import run\n",
+        "tuning/search.py": "from ray.train.v2._internal.execution import context\n",
+    })  # fmt: skip
+    found = layering_violations(tree)
+    assert any("api.schemas imports fastapi" in v for v in found)
+    assert any("trainers.x imports tuning.search" in v for v in found)
+    assert {v.split(" imports ")[0] for v in ray_internals_outside_seam(tree)} == {"tuning.search"}
+
+
+def test_a_planted_long_module_is_found(tmp_path):
+    tree = _plant(tmp_path, {"service/big.py": "x = 1\n" * (MAX_LINES + 1)})
+    assert long_modules(tree) == [f"service.big has {MAX_LINES + 1} lines (limit {MAX_LINES}): split it along its responsibilities"]
