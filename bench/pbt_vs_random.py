@@ -48,9 +48,9 @@ from service.local_cluster import start_head
 from trainers.data import batches, load_arrays
 from trainers.loop import build_optimizer, set_hyperparameters, train_step
 from trainers.models import build_model
-from tuning.events import SearchEvents
 from tuning.population import Alignment, Population
 from tuning.search import aligned, param_space, scheduler, searcher
+from tuning.search_events import SearchEvents
 
 TRIALS, EPOCHS = 8, 12
 ALGORITHMS = ("random", "asha", "pbt")

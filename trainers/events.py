@@ -1,17 +1,18 @@
-"""The event protocol from a running job back to the raydock server.
+"""The transport of a job's events back to the raydock server.
 
-Each event is one line on the job's log stream: ``RAYDOCK_EVENT {json}``. The log is
+Every process of a job that sends events (the Ray job driver, the Train controller)
+writes each one as a line on the job's log stream, ``RAYDOCK_EVENT {json}``. The log is
 kept by Ray for the life of the job and re-read by the server after a restart, so it is
 the durable channel: whatever prefix Ray puts before the marker, the server finds it.
-When the server gives an events URL, each event is also POSTed there at once, which
-takes the report-to-API latency from the log tailer's ~1 s down to milliseconds. Both
-channels carry the same (kind, seq) key and the server stores each event once.
+When the launch names an events URL, each event is also POSTed there at once from a
+daemon thread, which takes the report-to-API latency from the log tailer's ~1 s down to
+milliseconds. Both channels carry the same (type, seq) key and the server stores each
+event once. The events themselves are the typed models of ``api.schemas``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import queue
 import re
 import sys
@@ -20,13 +21,17 @@ import time
 import urllib.request
 from typing import Any
 
+from pydantic import ValidationError
+
+from api.schemas import Event, MetricEvent, event_line, jsonable
+from trainers.launch import read_launch
+
 MARKER = "RAYDOCK_EVENT "
 _EVENT_RE = re.compile(r"RAYDOCK_EVENT (\{.*\})\s*$")
-EVENTS_URL_ENV = "RAYDOCK_EVENTS_URL"
-EVENTS_TOKEN_ENV = "RAYDOCK_EVENTS_TOKEN"
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
+    """The raw event on one log line, if there is one (validate it with ``parse_event``)."""
     m = _EVENT_RE.search(line)
     if not m:
         return None
@@ -37,22 +42,33 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return event if isinstance(event, dict) and "type" in event else None
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else str(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    item = getattr(value, "item", None)  # numpy / torch scalars
-    if callable(item):
+def sendable_metrics(values: dict[str, Any]) -> dict[str, Any]:
+    """A report's values as the contract's ``Metrics`` carries them: non-finite floats
+    and numpy/torch scalars made JSON (``jsonable``), and any entry the server would
+    refuse (a nested value, a string over 1000 characters, a key over 200) left out
+    with a warning in the job's log, so one odd value never costs the whole report."""
+    values = jsonable(dict(values))
+    try:
+        return MetricEvent(type="metric", seq=0, metrics=values).metrics
+    except ValidationError:
+        pass
+    kept, dropped = {}, []
+    for key, value in values.items():
         try:
-            return _jsonable(item())
-        except (TypeError, ValueError):
-            pass
-    return str(value)
+            MetricEvent(type="metric", seq=0, metrics={key: value})
+        except ValidationError:
+            dropped.append(key[:80])
+            continue
+        if len(kept) < 512:
+            kept[key] = value
+    if dropped:
+        print(
+            f"raydock: reported values {dropped} not sent to the server: a metric is a finite number, "
+            "an int64, a bool, null or a string of at most 1000 characters, under a name of at most 200",
+            file=sys.stderr,
+            flush=True,
+        )
+    return kept
 
 
 class _Pusher:
@@ -75,29 +91,36 @@ class _Pusher:
                 urllib.request.urlopen(req, timeout=2).read()
             except Exception:  # noqa: BLE001 - best effort; the log carries the event
                 pass
+            finally:
+                self.q.task_done()
 
     def flush(self, timeout: float = 3.0) -> None:
         deadline = time.monotonic() + timeout
-        while not self.q.empty() and time.monotonic() < deadline:
+        while self.q.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
 
 
 _pusher: _Pusher | None = None
+_pusher_lock = threading.Lock()
 
 
-def emit(event: dict[str, Any]) -> None:
-    """Write one event to stdout (the durable log) and push it if the server asked."""
+def emit(event: Event) -> None:
+    """Write one event to stdout (the durable log) and push it if the launch asks."""
     global _pusher
-    event = _jsonable({"ts": time.time(), **event})
-    line = json.dumps(event, separators=(",", ":"))
-    print(MARKER + line, file=sys.stdout, flush=True)
-    url = os.environ.get(EVENTS_URL_ENV)
-    if url:
-        if _pusher is None:
-            _pusher = _Pusher(url, os.environ.get(EVENTS_TOKEN_ENV))
-        _pusher.q.put(line.encode())
+    if not event.ts:
+        event = event.model_copy(update={"ts": time.time()})
+    line = event_line(event)
+    print(line, file=sys.stdout, flush=True)
+    launch = read_launch()
+    if launch.events_url:
+        with _pusher_lock:
+            if _pusher is None:
+                _pusher = _Pusher(launch.events_url, launch.events_token)
+        _pusher.q.put(line[len(MARKER) :].encode())
 
 
 def flush() -> None:
+    """Wait (a few seconds at most) until every pushed event is posted; a driver calls it
+    before it exits, since the pusher is a daemon thread."""
     if _pusher is not None:
         _pusher.flush()

@@ -1,7 +1,9 @@
-"""What runs on the cluster for a hyperparameter search (``kind: tune`` jobs): the Ray
-Tune setup built from a ``TuneSpec`` (``search``), the trial trainable that runs one
-distributed ``TorchTrainer`` per trial (``trial``), PBT schedulers that record their
-exploits (``schedulers``), the events a search sends the server (``events``), its Ray
-job entrypoint (``driver``), and the cluster budget check the server runs at submit
-(``budget``). Depends on ``api`` only, and on ``trainers`` for building the trainers.
+"""What runs on the cluster for a hyperparameter search (``kind: tune`` jobs): its Ray
+job driver (``search_driver``, ``python -m tuning.search_driver``), the Ray Tune setup
+built from a ``TuneSpec`` (``search``), the trial trainable that runs one distributed
+``TorchTrainer`` per trial (``trial``), PBT schedulers that record their exploits
+(``schedulers``), a PBT population kept in step (``population``), the events a search
+sends the server (``search_events``). Depends on ``api``, and on ``trainers`` for the
+job's trainer, its failure classification and the events transport; ``trainers``
+never imports ``tuning``.
 """

@@ -10,7 +10,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.tune.schedulers.pb2 import PB2
 
-from tuning.events import SearchEvents
+from tuning.search_events import SearchEvents
 
 
 class _RecordsExploits:

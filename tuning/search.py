@@ -12,9 +12,9 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
-from tuning.events import SearchCallback, SearchEvents
 from tuning.population import Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
+from tuning.search_events import SearchCallback, SearchEvents
 from tuning.trial import run_trial
 
 

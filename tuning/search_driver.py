@@ -1,7 +1,9 @@
-"""The Ray job driver of a hyperparameter search. ``python -m trainers.driver`` hands a
-``kind: tune`` spec to ``run_search``, which runs the Tuner (``tuning.search``) in this
-process: Tune's controller, the PBT/ASHA decisions and the event stream to the server
-all live here, and every trial runs as its own distributed ``TorchTrainer``.
+"""The Ray job driver of a hyperparameter search: ``python -m tuning.search_driver``.
+
+The server submits this module for a ``kind: tune`` job (a training job has its own,
+``python -m trainers.driver``). It runs the Tuner (``tuning.search``) in this process:
+Tune's controller, the PBT/ASHA decisions and the event stream to the server all live
+here, and every trial runs as its own distributed ``TorchTrainer`` (``tuning.trial``).
 
 Stopping the Ray job (cancel) ends this process; the trials' trainables are its actors,
 their Train controllers and workers are the trainables' actors, so all of them and
@@ -10,16 +12,25 @@ their placement groups go with it.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import ray
 
-from api.schemas import FailureCause
-from api.schemas import TuneSpec
+from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec
 from trainers import events
-from tuning.events import SearchEvents
+from trainers.failures import Failure, classify, report_failure
+from trainers.launch import read_launch
 from tuning.search import build_tuner, trial_runs_path
+from tuning.search_events import SearchEvents
+
+
+def main() -> int:
+    launch = read_launch()
+    spec = TuneSpec.model_validate(launch.spec)
+    events.emit(StartedEvent(type="started", seq=0, pid=os.getpid()))
+    return run_search(spec, launch.job_id, launch.storage_path)
 
 
 def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
@@ -27,31 +38,25 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     try:
         ray.init(address="auto", log_to_driver=True)
         results = build_tuner(spec, job_id, storage_path, out).fit()
+    except (KeyboardInterrupt, SystemExit):
+        raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
-        from trainers.driver import classify
-
-        cause, message, tb = classify(exc)
-        return _fail(cause, message, tb)
+        return report_failure(classify(exc))
     _drop_trial_runs(storage_path, job_id)
     if out.best is None:
         errors = [str(r.error) for r in results if r.error is not None]
         first = errors[0] if errors else "no trial reported the metric"
-        return _fail(
+        return report_failure(Failure(
             FailureCause.USER_CODE,
             f"every trial of the search failed ({len(errors)} of {len(results)}): {first.splitlines()[0] if first else ''}",
-            first,
-        )
+            first[-4000:],
+        ))  # fmt: skip
     best = out.best
     checkpoint = _best_checkpoint(results, best["trial_id"], spec)
-    summary = {**best["metrics"], "trial_id": best["trial_id"]}
+    summary = events.sendable_metrics({**best["metrics"], "trial_id": best["trial_id"]})
     if checkpoint is not None:
-        events.emit({"type": "checkpoint", "seq": 0, "path": checkpoint.path, "metrics": summary})
-    out.emit(
-        "result",
-        trial_id=best["trial_id"], metric=spec.metric, mode=spec.mode, value=best["value"],
-        config=best["config"], metrics=best["metrics"], checkpoint_path=checkpoint.path if checkpoint else None,
-        trials=len(results), errors=sum(1 for r in results if r.error is not None),
-    )  # fmt: skip
+        events.emit(CheckpointEvent(type="checkpoint", seq=0, path=checkpoint.path, metrics=summary))
+    out.best_trial(checkpoint.path if checkpoint else None)
     events.flush()
     return 0
 
@@ -77,8 +82,5 @@ def _drop_trial_runs(storage_path: str, job_id: str) -> None:
         pass  # nothing there, or storage we cannot delete from: job deletion removes it
 
 
-def _fail(cause: FailureCause, message: str, tb: str) -> int:
-    events.emit({"type": "error", "seq": 0, "cause": cause.value, "message": message, "traceback": tb})
-    events.flush()
-    print(tb, file=sys.stderr, flush=True)
-    return 1
+if __name__ == "__main__":
+    sys.exit(main())

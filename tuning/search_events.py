@@ -7,7 +7,8 @@ tell a newer trial status from an older one arriving late on the log channel.
 - ``exploit``: PBT cloned a donor into a trial (``tuning.schedulers``);
 - ``metric``: every trial report again on the job's own series (with ``trial_id``),
   so job-level metrics, streams and progress bars follow a search too;
-- ``result`` / ``checkpoint``: the best trial, its values and its checkpoint.
+- ``best_trial`` / ``checkpoint``: the best trial, its values and its checkpoint
+  (``tuning.search_driver``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from api.schemas import BestTrialEvent, Event, ExploitEvent, MetricEvent, TrialEvent, TrialMetricEvent, jsonable
 from trainers import events
 
 # Tune's own bookkeeping in a result, beyond what the trial's loop reported.
@@ -31,7 +33,7 @@ ERROR_TAIL_CHARS = 3000
 class SearchEvents:
     """Numbers and emits a search's events; keeps the best report seen so far."""
 
-    def __init__(self, metric: str, mode: str, key: str | None = None, sink: Callable[[dict], None] = events.emit) -> None:
+    def __init__(self, metric: str, mode: str, key: str | None = None, sink: Callable[[Event], None] = events.emit) -> None:
         self.key = key or uuid.uuid4().hex
         _LIVE[self.key] = self
         self.metric, self.mode, self.sink = metric, mode, sink
@@ -46,19 +48,24 @@ class SearchEvents:
         # this process must share one sequence, or two events would get one number.
         return (_live, (self.key, self.metric, self.mode))
 
-    def emit(self, kind: str, **fields: Any) -> None:
+    def _send(self, make: Callable[[int], Event]) -> None:
         with self._lock:
-            self.sink({"type": kind, "seq": self.seq, **fields})
+            self.sink(make(self.seq))
             self.seq += 1
 
     def report(self, trial_id: str, metrics: dict[str, Any], config: dict[str, Any]) -> None:
-        self.emit("trial_metric", trial_id=trial_id, metrics=metrics, config=config)
+        metrics, config = events.sendable_metrics(metrics), jsonable(config)
+        self._send(lambda seq: TrialMetricEvent(type="trial_metric", seq=seq, trial_id=trial_id, metrics=metrics, config=config))
         with self._lock:
-            self.sink({"type": "metric", "seq": self.metric_seq, "metrics": {**metrics, "trial_id": trial_id}})
+            self.sink(MetricEvent(type="metric", seq=self.metric_seq, metrics={**metrics, "trial_id": trial_id}))
             self.metric_seq += 1
         value = metrics.get(self.metric)
-        if isinstance(value, (int, float)) and not math.isnan(value) and self._better(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and self._better(value):
             self.best = {"trial_id": trial_id, "value": float(value), "metrics": metrics, "config": config}
+
+    def trial(self, trial_id: str, status: str, config: dict[str, Any], error: str | None = None) -> None:
+        config = jsonable(config)
+        self._send(lambda seq: TrialEvent(type="trial", seq=seq, trial_id=trial_id, status=status, config=config, error=error))
 
     def exploit(self, **fields: Any) -> None:
         """Tune asks the scheduler before it tells the callbacks, so an exploit is
@@ -67,12 +74,32 @@ class SearchEvents:
 
     def flush_exploits(self) -> None:
         while self._pending:
-            self.emit("exploit", **self._pending.pop(0))
+            fields = self._pending.pop(0)
+            for name in ("donor_time", "trial_time", "donor_metric"):
+                fields[name] = _finite(fields.get(name))
+            for name in ("old_config", "donor_config", "new_config"):
+                fields[name] = jsonable(fields.get(name) or {})
+            fields["checkpoint_path"] = fields.get("checkpoint_path") or None
+            self._send(lambda seq: ExploitEvent(type="exploit", seq=seq, **fields))
+
+    def best_trial(self, checkpoint_path: str | None) -> None:
+        """The search's best trial, once it ended (``self.best`` is set)."""
+        best = self.best
+        self._send(lambda seq: BestTrialEvent(
+            type="best_trial", seq=seq, trial_id=best["trial_id"], value=best["value"],
+            config=best["config"], metrics=best["metrics"], checkpoint_path=checkpoint_path,
+        ))  # fmt: skip
 
     def _better(self, value: float) -> bool:
         if self.best is None:
             return True
         return value > self.best["value"] if self.mode == "max" else value < self.best["value"]
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 _LIVE: dict[str, SearchEvents] = {}
@@ -120,10 +147,10 @@ class SearchCallback(tune.Callback):
             state = (trial.status, dict(trial.config))
             if self.sent.get(trial.trial_id) != state:
                 self.sent[trial.trial_id] = state
-                fields: dict[str, Any] = {"trial_id": trial.trial_id, "status": trial.status, "config": state[1]}
+                error = None
                 if trial.status == "ERROR":
-                    fields["error"] = self.errors.get(trial.trial_id) or _error_text(trial)
-                self.out.emit("trial", **fields)
+                    error = self.errors.get(trial.trial_id) or _error_text(trial)
+                self.out.trial(trial.trial_id, trial.status, state[1], error)
         # A paused or pending trial is a clone restarting (the whole population runs at
         # once when trials are aligned): it will be back, so it counts as running.
         running = sorted(t.trial_id for t in trials if t.status in ("RUNNING", "PENDING", "PAUSED"))

@@ -23,8 +23,10 @@ from ray.train import CheckpointConfig, RunConfig, UserCallback
 from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
-from api.schemas import TrainSpec
-from api.schemas import TuneSpec
+from api.schemas import TrainSpec, TuneSpec
+from trainers.failures import classify
+from trainers.ray_compat import seed_checkpoint
+from trainers.trainer import build_trainer
 from tuning.population import Alignment
 
 POLL_S = 0.2
@@ -46,15 +48,9 @@ def start_from(loop: Callable, checkpoint: ray.train.Checkpoint | None, config: 
     """A Train worker's entry: make ``ray.train.get_checkpoint()`` return the trial's
     starting checkpoint until the run has one of its own, then run ``loop``."""
     if checkpoint is not None:
-        # Train V2 dropped `resume_from_checkpoint`; the worker's context is where
-        # `ray.train.get_checkpoint()` reads, and a retried worker group gets the
-        # run's own latest checkpoint there, which this leaves alone.
-        from ray.train.v2._internal.execution.context import get_train_context
-
-        ctx = get_train_context()
-        with ctx.report_order_condition:
-            if ctx.checkpoint is None:
-                ctx.checkpoint = checkpoint
+        # Train V2 dropped `resume_from_checkpoint`; a retried worker group gets the
+        # run's own latest checkpoint, which this leaves alone.
+        seed_checkpoint(checkpoint)
     takes_config = len(inspect.signature(loop).parameters) > 0
     return loop(config) if takes_config else loop()
 
@@ -62,10 +58,8 @@ def start_from(loop: Callable, checkpoint: ray.train.Checkpoint | None, config: 
 def trial_trainer(
     spec: TrainSpec, run_name: str, storage_path: str, queue: Queue, start: ray.train.Checkpoint | None
 ) -> TorchTrainer:
-    """The job's own trainer for ``spec`` (trainers.driver.build_trainer), with the
+    """The job's own trainer for ``spec`` (``trainers.trainer.build_trainer``), with the
     trial's report forwarding, its starting checkpoint and every checkpoint kept."""
-    from trainers.driver import build_trainer
-
     job_trainer = build_trainer(spec, run_name, storage_path)
     return TorchTrainer(
         _partial(start_from, job_trainer.train_loop_per_worker, start),
@@ -132,10 +126,8 @@ def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str
         if align is not None:
             align.after_report(metrics[unit])
     if failure:
-        from trainers.driver import classify
-
-        _, message, tb = classify(failure[0])
-        raise RuntimeError(f"{message}\n{tb}") from None
+        why = classify(failure[0])
+        raise RuntimeError(f"{why.message}\n{why.traceback}") from None
 
 
 def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:

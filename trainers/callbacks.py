@@ -1,0 +1,61 @@
+"""The Train controller callbacks that turn a run into events for the server.
+
+- ``ReportEvents``: every ``ray.train.report`` (rank 0's metrics, and its checkpoint)
+  and every worker failure that Ray Train retries;
+- ``WorkerGroupEvents``: every worker group start (the first, an elastic resize, a
+  restart after a lost node), one node per rank, which is how the worker count over
+  time reaches the job's record.
+
+Both run in the controller process, numbered per kind so the server stores each once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.train import UserCallback
+
+from api.schemas import CheckpointEvent, MetricEvent, WorkerFailureEvent, WorkerGroupEvent, WorkerNode
+from trainers import events
+from trainers.ray_compat import WorkerGroupCallback
+
+
+class ReportEvents(UserCallback):
+    """Forwards rank 0's metrics and the checkpoint (if any) of every report."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.failures = 0
+
+    def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
+        m = events.sendable_metrics(metrics[0] if metrics else {})
+        events.emit(MetricEvent(type="metric", seq=self.seq, metrics=m))
+        if checkpoint is not None:
+            events.emit(CheckpointEvent(type="checkpoint", seq=self.seq, path=checkpoint.path, metrics=m))
+        self.seq += 1
+
+    def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:
+        rank, exc = next(iter(sorted(worker_exceptions.items())), (None, None))
+        reason = f"worker rank {rank}: {type(exc).__name__}: {exc}".splitlines()[0][:500]
+        events.emit(WorkerFailureEvent(type="worker_failure", seq=self.failures, reason=reason))
+        self.failures += 1
+
+
+def run_callbacks() -> list:
+    """The callbacks of a job's own run (a search trial's run forwards reports to Tune instead)."""
+    return [ReportEvents(), *([WorkerGroupEvents()] if WorkerGroupCallback is not None else [])]
+
+
+if WorkerGroupCallback is not None:
+
+    class WorkerGroupEvents(WorkerGroupCallback):
+        """One event per worker group start, its nodes in rank order."""
+
+        def __init__(self) -> None:
+            self.seq = 0
+
+        def after_worker_group_start(self, worker_group) -> None:
+            metas = [worker.metadata for worker in worker_group.get_workers()]
+            nodes = [WorkerNode(ip=meta.node_ip, node_id=meta.node_id) for meta in metas]
+            events.emit(WorkerGroupEvent(type="worker_group", seq=self.seq, world_size=len(nodes), nodes=nodes))
+            self.seq += 1

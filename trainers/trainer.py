@@ -1,0 +1,118 @@
+"""The ``TorchTrainer`` of a training job, built from its ``TrainSpec``: the loop (the
+user's entrypoint or a built-in one), its datasets, the ``ScalingConfig`` (fixed, or
+``(min, max)`` for an elastic job), and the ``RunConfig`` with its checkpoint and
+failure policies. The job's driver (``trainers.driver``) runs it with the event
+callbacks; a search trial (``tuning.trial``) runs it with its own.
+
+An elastic job (``scaling.num_workers: {min, max}``) runs as
+``ScalingConfig(num_workers=(min, max))``: Ray Train starts it with what fits, re-checks
+every ``scaling.resize_check_interval_s`` and restarts the worker group at a new size,
+so the loops resume from ``ray.train.get_checkpoint()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from api.schemas import GPTModel, TabularData, TrainSpec
+
+
+def load_entrypoint(entrypoint: str) -> Callable[[dict], None]:
+    module_name, fn_name = entrypoint.split(":")
+    module = importlib.import_module(module_name)
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise AttributeError(f"entrypoint {entrypoint!r}: module {module_name!r} has no function {fn_name!r}")
+    return fn
+
+
+def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
+    """Read a user table with Ray Data and split it; returns datasets and column facts."""
+    d: TabularData = spec.data
+    reader = ray.data.read_csv if d.source == "csv" else ray.data.read_parquet
+    ds = reader(d.path)
+    columns = ds.columns()
+    if d.label_column not in columns:
+        raise ValueError(f"data.label_column {d.label_column!r} is not a column of {d.path}; columns: {columns}")
+    features = d.feature_columns or [c for c in columns if c != d.label_column]
+    missing = [c for c in features if c not in columns]
+    if missing:
+        raise ValueError(f"data.feature_columns {missing} are not columns of {d.path}; columns: {columns}")
+    num_classes = d.num_classes or int(max(ds.unique(d.label_column))) + 1
+    train, val = ds.train_test_split(test_size=d.val_fraction, shuffle=True, seed=spec.seed)
+    return {"train": train, "val": val}, {"feature_columns": features, "num_classes": num_classes}
+
+
+def builtin_loop(spec: TrainSpec) -> Callable[[dict], None]:
+    """The per-worker loop for a built-in model and its parallelism."""
+    if isinstance(spec.model, GPTModel):
+        from trainers.lm_loop import train_loop
+
+        return train_loop
+    if not spec.default_parallelism:
+        from trainers.classifier_loop import train_loop
+
+        return train_loop
+    # The default (plain DDP, fp32) keeps Ray's prepare_model path and its checkpoint format.
+    from trainers.loop import train_loop
+
+    return train_loop
+
+
+def scaling_config(spec: TrainSpec) -> ScalingConfig:
+    s = spec.scaling
+    extra: dict[str, Any] = {}
+    if s.is_elastic:
+        extra["elastic_resize_monitor_interval_s"] = s.resize_check_interval_s
+    return ScalingConfig(
+        num_workers=(s.min_workers, s.max_workers) if s.is_elastic else s.num_workers,
+        use_gpu=s.use_gpu,
+        resources_per_worker={"CPU": s.cpus_per_worker, **({"GPU": 1} if s.use_gpu else {})},
+        **extra,
+    )
+
+
+def failure_config(spec: TrainSpec) -> FailureConfig:
+    # A bounded controller failure limit: resources that never appear end the job
+    # instead of retrying worker-group start-up forever. An elastic job gets as many
+    # start-up retries as worker retries: right after a node is lost, Ray may still list
+    # it as alive, so the restarted group is sized for it and its start times out; the
+    # next try sees the cluster as it is.
+    limit = spec.failure.max_retries if spec.scaling.is_elastic else 0
+    return FailureConfig(max_failures=spec.failure.max_retries, controller_failure_limit=limit)
+
+
+def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: list | None = None) -> TorchTrainer:
+    """The job's trainer; ``callbacks`` go to the Train controller (``trainers.callbacks``)."""
+    datasets, data_meta = ({}, {})
+    if isinstance(spec.data, TabularData):
+        datasets, data_meta = tabular_datasets(spec)
+    if spec.is_user_code:
+        loop, loop_config = load_entrypoint(spec.entrypoint), dict(spec.config)
+        if not spec.default_parallelism:
+            # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
+            loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]
+    else:
+        loop, loop_config = builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta}
+    return TorchTrainer(
+        loop,
+        train_loop_config=loop_config,
+        datasets=datasets or None,
+        scaling_config=scaling_config(spec),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            callbacks=list(callbacks or []),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=spec.checkpoint.keep,
+                checkpoint_score_attribute=spec.checkpoint.score_metric,
+                checkpoint_score_order=spec.checkpoint.score_mode,
+            ),
+            failure_config=failure_config(spec),
+        ),
+    )
