@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from api.schemas import parse_event
 from service.local_cluster import start_head
 from service.ray_backend import RayBackend
 from tests.servers import ServerProcess
@@ -41,12 +42,12 @@ def one_job(http: httpx.Client, backend: RayBackend) -> dict[str, float]:
     info = backend.jobs.get_job_info(job["ray_job_id"])
     marks["ray job start"] = info.start_time / 1000 - t0
     marks["ray job end"] = info.end_time / 1000 - t0
-    events = [e for line in http.get(f"/v1/jobs/{job_id}/logs").text.splitlines() if (e := parse_line(line))]
+    events = [parse_event(e) for line in http.get(f"/v1/jobs/{job_id}/logs").text.splitlines() if (e := parse_line(line))]
     for e in events:
-        key = {"started": "driver started", "result": "driver result"}.get(e["type"])
+        key = {"started": "driver started", "result": "driver result"}.get(e.type)
         if key:
-            marks[key] = e["ts"] - t0
-    metric_ts = [e["ts"] for e in events if e["type"] == "metric"]
+            marks[key] = e.ts - t0
+    metric_ts = [e.ts for e in events if e.type == "metric"]
     marks["first report (controller)"] = metric_ts[0] - t0
     marks["last report (controller)"] = metric_ts[-1] - t0
     return dict(sorted(marks.items(), key=lambda kv: kv[1]))
