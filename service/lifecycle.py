@@ -1,14 +1,25 @@
-"""Job status and its legal moves. Status changes here and nowhere else, and Ray's job
-statuses map to ours in exactly one place (``from_ray``)."""
+"""Job status, its legal moves, and why a job failed. Status changes here and nowhere
+else; Ray's job statuses map to ours in exactly one place (``decide``).
+
+Every change is compare-and-set: ``UPDATE jobs ... WHERE id = :id AND status = :expected``.
+A cancel and the monitor can race; the loser's write changes nothing, ``transition``
+returns False and the job object shows the winner's status.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
 from service.store import JobRow, TransitionRow, utcnow
 
 S = JobStatus
+C = FailureCause
 LEGAL: dict[JobStatus, set[JobStatus]] = {
     S.QUEUED: {S.STARTING, S.CANCELLED, S.FAILED},
     S.STARTING: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
@@ -19,14 +30,26 @@ LEGAL: dict[JobStatus, set[JobStatus]] = {
     S.CANCELLED: {S.QUEUED},
 }
 
+# The status reason of a failure by its cause; INFRASTRUCTURE says what Ray said instead.
+FAILURE_REASON: dict[FailureCause, str] = {
+    C.USER_CODE: "the training code raised an error",
+    C.NO_RESOURCES: "the cluster could not provide the resources",
+    C.INFRASTRUCTURE: "the job driver failed",
+    C.TIMEOUT: "exceeded max_runtime_s",
+}
+# Causes a job's own events may state; TIMEOUT (and a cancel) only the server decides.
+EVENT_CAUSES = frozenset({C.USER_CODE, C.NO_RESOURCES, C.INFRASTRUCTURE})
+
+_LIFECYCLE_FIELDS = ("status", "status_reason", "started_at", "finished_at", "queued_at", "attempt_started_at", "failure_cause", "error")
+
 
 class IllegalTransition(Exception):
     def __init__(self, job_id: str, current: JobStatus, target: JobStatus):
         super().__init__(f"job {job_id} cannot move from {current.value} to {target.value}")
-        self.current, self.target = current, target
+        self.job_id, self.current, self.target = job_id, current, target
 
     def __reduce__(self):
-        return (IllegalTransition, (self.args[0].split()[1], self.current, self.target))
+        return (IllegalTransition, (self.job_id, self.current, self.target))
 
 
 def transition(
@@ -37,29 +60,56 @@ def transition(
     reason: str | None = None,
     cause: FailureCause | None = None,
     error: str | None = None,
+    also: dict[str, Any] | None = None,
 ) -> bool:
-    """Move ``job`` to ``target``. Returns False (and changes nothing) when the job is
-    already there; raises IllegalTransition for a move the lifecycle forbids."""
+    """Move ``job`` from the status it was read in to ``target``, if it is still in it,
+    writing the columns in ``also`` with it (or not at all). Returns False (and changes
+    nothing) when the job is already there or another writer moved it first; raises
+    IllegalTransition for a move the lifecycle forbids."""
     current = JobStatus(job.status)
     if current == target:
         return False
     if target not in LEGAL[current]:
         raise IllegalTransition(job.id, current, target)
-    job.status = target.value
-    job.status_reason = reason
     now = utcnow()
-    if target == S.RUNNING and job.started_at is None:
-        job.started_at = now
+    values: dict[str, Any] = {**(also or {}), "status": target.value, "status_reason": reason}
+    if target == S.RUNNING:
+        values["attempt_started_at"] = now
+        if job.started_at is None:
+            values["started_at"] = now
     if target == S.QUEUED:
-        job.queued_at = now
-        job.finished_at = job.failure_cause = job.error = None
+        values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
     if target.is_terminal():
-        job.finished_at = now
+        values["finished_at"] = now
     if target == S.FAILED:
-        job.failure_cause = (cause or FailureCause.INFRASTRUCTURE).value
-        job.error = error or reason
+        values["failure_cause"] = (cause or C.INFRASTRUCTURE).value
+        values["error"] = error or reason
+    session.flush()  # the job's other pending changes go first, under the same transaction
+    result = session.execute(
+        update(JobRow).where(JobRow.id == job.id, JobRow.status == current.value).values(**values),
+        execution_options={"synchronize_session": False},
+    )
+    if result.rowcount != 1:
+        session.refresh(job, attribute_names=list({*_LIFECYCLE_FIELDS, *(also or {})}))
+        return False
+    for key, value in values.items():
+        set_committed_value(job, key, value)
     session.add(TransitionRow(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason))
     return True
+
+
+def fail(session: Session, job: JobRow, cause: FailureCause, error: str | None = None, *, reason: str | None = None) -> bool:
+    """FAILED with ``cause``; the reason defaults to the cause's."""
+    return transition(session, job, S.FAILED, cause=cause, reason=reason or FAILURE_REASON[cause], error=error)
+
+
+def record_cause(job: JobRow, cause: FailureCause, error: str) -> None:
+    """Remember why a job is failing before its status follows (the driver reported an
+    error, or the server stops it for running too long). A job being stopped keeps the
+    reason it is stopped for."""
+    if job.status == S.CANCELLING.value:
+        return
+    job.failure_cause, job.error = cause.value, error
 
 
 def from_ray(ray_status: str, current: JobStatus) -> JobStatus:
@@ -76,3 +126,37 @@ def from_ray(ray_status: str, current: JobStatus) -> JobStatus:
         case "STOPPED":
             return S.CANCELLED
     raise ValueError(f"unknown Ray job status {ray_status!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a Ray job status means for a job: the move to make (None: none), why, and
+    for a failure its cause and error."""
+
+    target: JobStatus | None
+    reason: str | None = None
+    cause: FailureCause | None = None
+    error: str | None = None
+
+
+def decide(job: JobRow, ray_status: str, ray_message: str | None, log_tail: str) -> Decision:
+    """The one place a Ray job status becomes ours, with the failure cause the job
+    recorded (an ``error`` event, a timeout) or INFRASTRUCTURE when it recorded none."""
+    current = JobStatus(job.status)
+    target = from_ray(ray_status, current)
+    recorded = FailureCause(job.failure_cause) if job.failure_cause else None
+    if target == S.FAILED:
+        cause = recorded or C.INFRASTRUCTURE
+        reason = FAILURE_REASON[cause]
+        if cause == C.INFRASTRUCTURE:
+            reason = (ray_message or reason).splitlines()[0] if (ray_message or "").strip() else reason
+        return Decision(S.FAILED, reason, cause, job.error or ray_message or log_tail)
+    if target == S.CANCELLED and recorded == C.TIMEOUT:
+        return Decision(S.FAILED, FAILURE_REASON[C.TIMEOUT], C.TIMEOUT, job.error)
+    if target == S.CANCELLED:
+        return Decision(S.CANCELLED, "cancelled")
+    if target == S.SUCCEEDED:
+        return Decision(S.SUCCEEDED, "training finished")
+    if target == current or (current == S.RUNNING and target == S.STARTING):
+        return Decision(None)
+    return Decision(target, "driver running" if target == S.RUNNING else None)

@@ -1,33 +1,39 @@
-"""The monitor: the server's one background loop. It starts queued jobs on the cluster
-when they fit, follows running ones (status and logs) and records how they end.
+"""The monitor: the server's one background loop. Each tick follows the active jobs
+(status and logs), applies admission's plan to the queue, and now and then reconciles
+Ray's jobs with ours.
 
 Everything it knows is re-read from the database and from Ray on every tick, so a
 restarted server picks up where the last one stopped: running jobs are reattached,
 jobs that ended meanwhile get their true final status, and log events already stored
 are not stored twice (the log offset and event keys are in the database).
+
+Jobs are isolated from each other: each job's follow runs in its own try, and a job
+whose follow fails ``FOLLOW_FAILURES`` times in a row fails INFRASTRUCTURE while the
+rest go on. Submits (which upload code) run off the tick, on a small pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
 from api.schemas import FailureCause, JobStatus, parse_job_spec
-from service import lifecycle
-from service.autoscaler import addable
-from service.elastic import holds
-from service.jobs import JobService, demand, queue_order, spec_env
+from service import admission, lifecycle
+from service.attempts import ACTIVE, Attempts
+from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
-from service.store import JobRow, utcnow
+from service.store import JobRow, aware, store_id, utcnow
 
 log = logging.getLogger("raydock.monitor")
 
-ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
 LOG_TAIL_IN_ERROR = 3000
+FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
+RECONCILE_EVERY_S = 5.0
 
 
 class Monitor:
@@ -35,10 +41,17 @@ class Monitor:
         self.service = service
         self.sessions = service.sessions
         self.backend = service.backend
+        self.settings = service.settings
         self.interval = service.settings.monitor_interval_s
+        self.attempts = Attempts(service, store_id(service.sessions))
         self._wake: asyncio.Event | None = None
-        self._unreachable_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._unreachable_since: float | None = None
+        self._reconciled_at = float("-inf")
+        self._follow_failures: dict[str, int] = {}
+        self._submitting: set[str] = set()
+        self._submit_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
 
     def wake(self) -> None:
         """Called from request threads after a submit: start the job without waiting a tick."""
@@ -69,139 +82,131 @@ class Monitor:
             except ClusterUnavailable as exc:
                 self._cluster_unreachable(active, exc)
                 return
-        self._unreachable_since = None
+            except Exception as exc:  # noqa: BLE001 - one job's fault must not stop the others
+                self._follow_failed(job_id, exc)
+            else:
+                self._follow_failures.pop(job_id, None)
+        was_unreachable, self._unreachable_since = self._unreachable_since is not None, None
+        try:
+            if was_unreachable or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
+                self.attempts.reconcile()
+                self._reconciled_at = time.monotonic()
+        except ClusterUnavailable as exc:
+            log.warning("cannot reconcile with Ray: %s", exc)
         self.admit()
 
+    def _follow_failed(self, job_id: str, exc: Exception) -> None:
+        n = self._follow_failures.get(job_id, 0) + 1
+        self._follow_failures[job_id] = n
+        log.warning("following job %s failed (%d in a row): %s: %s", job_id, n, type(exc).__name__, exc)
+        if n < FOLLOW_FAILURES:
+            return
+        self._follow_failures.pop(job_id, None)
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if job is not None and job.status in ACTIVE:
+                lifecycle.fail(
+                    s, job, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}"[:LOG_TAIL_IN_ERROR],
+                    reason=f"the server could not follow the job ({FOLLOW_FAILURES} tries in a row)",
+                )  # fmt: skip
+        # Its Ray job is stopped by reconciliation: it is no longer active in that attempt.
+
     def _cluster_unreachable(self, active: list[str], exc: Exception) -> None:
-        """A cluster gone for good fails its jobs (history kept); a blip does not."""
+        """A cluster gone for good fails its jobs (history kept); a blip does not. Their
+        Ray jobs are stopped by reconciliation once the cluster answers again."""
         now = time.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
         log.warning("cannot reach Ray: %s", exc)
-        if now - self._unreachable_since < self.service.settings.cluster_lost_after_s:
+        if now - self._unreachable_since < self.settings.cluster_lost_after_s:
             return
         with self.sessions.begin() as s:
             for job_id in active:
                 job = s.get(JobRow, job_id)
-                if job is not None and not JobStatus(job.status).is_terminal():
-                    lifecycle.transition(
-                        s, job, JobStatus.FAILED, cause=FailureCause.INFRASTRUCTURE,
-                        reason=f"the Ray cluster has been unreachable for {self.service.settings.cluster_lost_after_s:g}s",
-                        error=str(exc),
+                if job is not None and job.status in ACTIVE:
+                    lifecycle.fail(
+                        s, job, FailureCause.INFRASTRUCTURE, str(exc),
+                        reason=f"the Ray cluster has been unreachable for {self.settings.cluster_lost_after_s:g}s",
                     )  # fmt: skip
 
-    def _missed_scheduling_deadline(self, job: JobRow) -> bool:
-        timeout = parse_job_spec(job.spec).scheduling_timeout_s
-        if timeout is None or job.queued_at is None or (utcnow() - _aware(job.queued_at)).total_seconds() <= timeout:
-            return False
-        with self.sessions.begin() as s:
-            row = s.get(JobRow, job.id)
-            if row is not None and row.status == JobStatus.QUEUED.value:
-                lifecycle.transition(
-                    s, row, JobStatus.FAILED, cause=FailureCause.NO_RESOURCES,
-                    reason=f"no resources within scheduling_timeout_s={timeout:g}",
-                    error=f"The cluster could not start the job within {timeout:g}s ({row.status_reason}). "
-                    "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
-                )  # fmt: skip
-        return True
+    # ------------------------------------------------------------------ admission
 
     def admit(self) -> None:
-        """Start queued jobs in queue order (priority, then arrival) while the cluster
-        has room; fail those whose scheduling deadline has passed."""
+        """Apply admission's plan: start what fits in queue order, fail what never can
+        or missed its deadline, say why the rest wait."""
         with self.sessions() as s:
-            queued = s.scalars(queue_order(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value))).all()
+            queued = s.scalars(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value)).all()
             held = [parse_job_spec(j.spec) for j in s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
-        queued = [j for j in queued if not self._missed_scheduling_deadline(j)]
-        if not queued:
+        # A job whose submit is under way (or was cut short: its submission id is fixed)
+        # holds its resources already and is submitted again with the same id.
+        in_flight = [j for j in queued if j.submission_id is not None]
+        held += [parse_job_spec(j.spec) for j in in_flight]
+        for job in in_flight:
+            self._dispatch(job.id)
+        waiting = [
+            admission.Queued(j.id, parse_job_spec(j.spec), j.priority, aware(j.queued_at) if j.queued_at else None)
+            for j in queued
+            if j.submission_id is None
+        ]
+        if not waiting:
             return
+        reasons = {j.id: j.status_reason for j in queued}
         try:
-            info = self.backend.cluster_info()
+            info, extra = self.backend.capacity()
+            plan = admission.plan(waiting, held, utcnow(), info, extra, reasons=reasons)
         except ClusterUnavailable as exc:
-            self._set_reason([j.id for j in queued], f"waiting for the Ray cluster: {exc}")
-            return
-        # Our own reservations count from submit on; Ray's free count also sees other users.
-        # An elastic job holds room to grow to its max (service/elastic.py). What an
-        # autoscaler can still add counts as free: a started job's pending demand asks for it.
-        holding = [holds(x, demand(x)) for x in held]
-        held_cpus, held_gpus = sum(h[0] for h in holding), sum(h[1] for h in holding)
-        extra_cpus, extra_gpus = addable(info)
-        free_cpus = min(info.cpus_total - held_cpus, info.cpus_free) + extra_cpus
-        free_gpus = min(info.gpus_total - held_gpus, info.gpus_free) + extra_gpus
-        blocked = 0
-        for job in queued:
-            cpus, gpus = demand(parse_job_spec(job.spec))
-            # Strict queue order: once one job waits, every later one waits behind it.
-            if blocked or cpus > free_cpus or gpus > free_gpus:
-                ahead = f"; {blocked} job(s) ahead of it in the queue" if blocked else ""
-                self._set_reason(
-                    [job.id],
-                    f"waiting for resources: needs {cpus:g} CPUs / {gpus:g} GPUs, "
-                    f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free{ahead}",
-                )
-                blocked += 1
-                continue
-            self.start(job.id)
-            free_cpus, free_gpus = free_cpus - cpus, free_gpus - gpus
-
-    def start(self, job_id: str) -> None:
+            plan = admission.plan(waiting, held, utcnow(), None, unavailable=str(exc), reasons=reasons)
         with self.sessions.begin() as s:
-            job = s.get(JobRow, job_id)
-            if job is None or job.status != JobStatus.QUEUED.value:
-                return
-            job.attempt += 1
-            job.log_offset = 0
-            submission_id = f"raydock-{job.id}-{job.attempt}"
-            job.ray_job_id = submission_id
-            env = spec_env(self.service.settings, job)
-            spec = parse_job_spec(job.spec)
-        try:
-            self.backend.submit(submission_id, spec, env)
-        except ClusterUnavailable:
-            self._undo_start(job_id)
-            raise
-        except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
-            if "No available agent" in str(exc):
-                # A head that just started has no job agent yet: the job stays QUEUED
-                # and is submitted again on the next tick.
-                self._undo_start(job_id)
-                return
-            with self.sessions.begin() as s:
+            for f in plan.fail:
+                job = s.get(JobRow, f.job_id)
+                if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
+                    lifecycle.fail(s, job, f.cause, f.error, reason=f.reason)
+            for job_id, reason in plan.reasons.items():
                 job = s.get(JobRow, job_id)
-                lifecycle.transition(s, job, JobStatus.FAILED, reason="Ray refused the job", cause=FailureCause.INFRASTRUCTURE, error=f"{type(exc).__name__}: {exc}")
-            return
-        with self.sessions.begin() as s:
-            job = s.get(JobRow, job_id)
-            cancelled_meanwhile = job.status != JobStatus.QUEUED.value
-            if not cancelled_meanwhile:
-                lifecycle.transition(s, job, JobStatus.STARTING, reason="submitted to Ray")
-        if cancelled_meanwhile:
-            # Cancelled while it was being submitted: the Ray job must not train on.
-            self.backend.stop(submission_id)
+                if job is not None and job.status == JobStatus.QUEUED.value:
+                    job.status_reason = reason
+        for job_id in plan.start:
+            self._dispatch(job_id)
 
-    def _undo_start(self, job_id: str) -> None:
-        with self.sessions.begin() as s:
-            job = s.get(JobRow, job_id)
-            job.attempt -= 1
-            job.ray_job_id = None
+    def _dispatch(self, job_id: str) -> None:
+        with self._submit_lock:
+            if job_id in self._submitting:
+                return
+            self._submitting.add(job_id)
+        self._pool.submit(self._start, job_id)
+
+    def _start(self, job_id: str) -> None:
+        try:
+            self.attempts.start(job_id)
+        except ClusterUnavailable as exc:
+            log.warning("submit of job %s waits for the cluster: %s", job_id, exc)
+        except Exception:  # noqa: BLE001 - the next tick submits the same id again
+            log.exception("submit of job %s failed; it is retried with the same submission id", job_id)
+        finally:
+            with self._submit_lock:
+                self._submitting.discard(job_id)
+            self.wake()
+
+    # ------------------------------------------------------------------ one job
 
     def follow(self, job_id: str) -> None:
         with self.sessions() as s:
             job = s.get(JobRow, job_id)
+            if job is None or job.ray_job_id is None:
+                return
             submission_id, current = job.ray_job_id, JobStatus(job.status)
-        if submission_id is None:
-            return
         # Status first, then logs: once Ray says the job ended, the log we read is complete.
         state = self.backend.state(submission_id)
         if state is None:
             with self.sessions.begin() as s:
                 job = s.get(JobRow, job_id)
-                lifecycle.transition(
-                    s, job, JobStatus.FAILED, cause=FailureCause.INFRASTRUCTURE,
+                lifecycle.fail(
+                    s, job, FailureCause.INFRASTRUCTURE,
                     reason="the Ray cluster has no record of this job (the cluster was restarted or replaced)",
                 )  # fmt: skip
             return
         full_log = self.backend.logs(submission_id)
-        self.service.ingest_log(job_id, full_log)
+        self.service.events.log(job_id, full_log)
         target = lifecycle.from_ray(state.status, current)
         if current == JobStatus.CANCELLING and not target.is_terminal():
             self.backend.stop(submission_id)  # a stop lost to a restart is asked again
@@ -211,44 +216,22 @@ class Monitor:
             return
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
-            if target == JobStatus.FAILED:
-                cause = FailureCause(job.failure_cause) if job.failure_cause else FailureCause.INFRASTRUCTURE
-                error = job.error or state.message or full_log[-LOG_TAIL_IN_ERROR:]
-                reason = {
-                    FailureCause.USER_CODE: "the training code raised an error",
-                    FailureCause.NO_RESOURCES: "the cluster could not provide the resources",
-                    FailureCause.INFRASTRUCTURE: (state.message or "the job driver failed").splitlines()[0],
-                }[cause]
-                lifecycle.transition(s, job, target, reason=reason, cause=cause, error=error)
-            elif target == JobStatus.CANCELLED and job.failure_cause == FailureCause.TIMEOUT.value:
-                lifecycle.transition(s, job, JobStatus.FAILED, reason="exceeded max_runtime_s", cause=FailureCause.TIMEOUT, error=job.error)
-            elif target == JobStatus.CANCELLED:
-                lifecycle.transition(s, job, target, reason="cancelled")
-            elif target == JobStatus.SUCCEEDED:
-                lifecycle.transition(s, job, target, reason="training finished")
-            elif target != current and not (current == JobStatus.RUNNING and target == JobStatus.STARTING):
-                lifecycle.transition(s, job, target, reason="driver running" if target == JobStatus.RUNNING else None)
+            if job.ray_job_id != submission_id:
+                return  # a new attempt started meanwhile
+            decision = lifecycle.decide(job, state.status, state.message, full_log[-LOG_TAIL_IN_ERROR:])
+            if decision.target is not None:
+                lifecycle.transition(s, job, decision.target, reason=decision.reason, cause=decision.cause, error=decision.error)
 
     def _past_max_runtime(self, job_id: str) -> bool:
+        """Whether this attempt ran past max_runtime_s; if so the job is moved to
+        CANCELLING with the TIMEOUT recorded, so the STOPPED that follows reads as one."""
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
             limit = parse_job_spec(job.spec).max_runtime_s
-            if limit is None or job.started_at is None or (utcnow() - _aware(job.started_at)).total_seconds() <= limit:
+            since = job.attempt_started_at
+            if limit is None or since is None or (utcnow() - aware(since)).total_seconds() <= limit:
                 return False
-            # Recorded before the stop, so the STOPPED that follows reads as a timeout.
-            job.failure_cause = FailureCause.TIMEOUT.value
-            job.error = f"The job ran longer than max_runtime_s={limit:g} and was stopped. Raise max_runtime_s if it needs longer."
-            lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s")
+            error = f"The job ran longer than max_runtime_s={limit:g} and was stopped. Raise max_runtime_s if it needs longer."
+            timeout = {"failure_cause": FailureCause.TIMEOUT.value, "error": error}  # written with the move, or not at all
+            lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s", also=timeout)
         return True
-
-    def _set_reason(self, job_ids: list[str], reason: str) -> None:
-        with self.sessions.begin() as s:
-            for job_id in job_ids:
-                job = s.get(JobRow, job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value:
-                    job.status_reason = reason
-
-
-def _aware(t: datetime) -> datetime:
-    """SQLite returns naive datetimes for what was stored as UTC."""
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)

@@ -4,23 +4,31 @@ Jobs run as Ray jobs (the Jobs API in the dashboard): a job's driver process liv
 the cluster, so it outlives the API process, and Ray captures its logs, stops it, and
 uploads its ``working_dir``. Cluster facts come from the dashboard's HTTP API, so the
 API process never has to join the cluster as a driver.
+
+Every call has a timeout, and every way of not reaching Ray (connection refused or
+reset, timeout, a proxy's 502/503/504, an auth refusal) is ``ClusterUnavailable``: the
+caller waits for the cluster instead of blaming the job.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
-from api.schemas import ClusterInfo, NodeInfo, TrainSpec
+from api.schemas import ClusterInfo, NodeInfo
 from service.autoscaler import addable, autoscaler_from_status, load_config
 
-DRIVER_ENTRYPOINT = "python -m trainers.driver"
+DRIVER_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
 WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
+CALL_TIMEOUT_S = 10.0
+UPLOAD_TIMEOUT_S = 120.0  # a working_dir upload (runs off the monitor's tick)
+UNREACHABLE_STATUS = ("status code 502", "status code 503", "status code 504")
 
 
 class ClusterUnavailable(Exception):
@@ -33,6 +41,17 @@ class RayJobState:
     message: str | None
 
 
+@dataclass
+class RayJob:
+    submission_id: str
+    status: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ("PENDING", "RUNNING")
+
+
 def ray_auth_token() -> str | None:
     """Ray 2.60 token auth: the token from the environment or Ray's token file."""
     if token := os.environ.get("RAY_AUTH_TOKEN"):
@@ -43,19 +62,41 @@ def ray_auth_token() -> str | None:
     return None
 
 
+def _unreachable_errors() -> tuple[type[BaseException], ...]:
+    import requests
+    from ray.exceptions import AuthenticationError
+
+    return (requests.exceptions.RequestException, ConnectionError, TimeoutError, AuthenticationError, httpx.HTTPError)
+
+
 class RayBackend:
-    def __init__(self, address: str, *, autoscaler_config: str | None = None):
+    def __init__(
+        self, address: str, *, autoscaler_config: str | None = None, auth_token: str | None = None, timeout_s: float = CALL_TIMEOUT_S
+    ):
         self.address = address.rstrip("/")
         # The autoscaler's own config, for the limits its status report leaves out (service/autoscaler.py).
         self.autoscaler_config_path = autoscaler_config
         self.autoscaler_config = load_config(autoscaler_config)
         if "://" not in self.address:
             self.address = "http://" + self.address
-        token = ray_auth_token()
+        token = auth_token or ray_auth_token()
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.has_autoscaler = False
+        self.timeout_s = timeout_s
         self._client = None
-        self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=10)
+        self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=timeout_s)
+
+    @contextmanager
+    def _calling(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ClusterUnavailable:
+            raise
+        except RuntimeError as exc:
+            if any(s in str(exc) for s in UNREACHABLE_STATUS):
+                raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {what}: {exc}") from exc
+            raise
+        except _unreachable_errors() as exc:
+            raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {what}: {type(exc).__name__}: {exc}") from exc
 
     # ------------------------------------------------------------------ jobs
 
@@ -64,52 +105,74 @@ class RayBackend:
         if self._client is None:
             from ray.job_submission import JobSubmissionClient
 
-            try:
-                self._client = JobSubmissionClient(self.address, headers=self.headers)
-            except Exception as exc:  # noqa: BLE001 - any connection failure means the same to us
-                raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer: {exc}") from exc
+            timeout_s = self.timeout_s
+
+            class _TimedClient(JobSubmissionClient):
+                # Ray's client calls requests without a timeout; a hung dashboard must not hang us.
+                def _do_request(self, method, endpoint, **kwargs):
+                    kwargs.setdefault("timeout", UPLOAD_TIMEOUT_S if method == "PUT" else timeout_s)
+                    return super()._do_request(method, endpoint, **kwargs)
+
+            with self._calling("a connection"):
+                self._client = _TimedClient(self.address, headers=self.headers)
         return self._client
 
-    def submit(self, submission_id: str, spec: TrainSpec, env: dict[str, str]) -> str:
-        runtime_env: dict[str, Any] = dict(spec.runtime_env or {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
-        if spec.working_dir:
-            runtime_env["working_dir"] = spec.working_dir
+    def submit(self, submission_id: str, kind: str, runtime_env: dict[str, Any], metadata: dict[str, str]) -> bool:
+        """Submit the driver as Ray job ``submission_id``; True when Ray already had it
+        (a retried submit of the same attempt is recognised, never duplicated)."""
+        runtime_env = dict(runtime_env)
         runtime_env.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
-        try:
-            return self.jobs.submit_job(
-                entrypoint=DRIVER_ENTRYPOINT,
-                submission_id=submission_id,
-                runtime_env=runtime_env,
-                metadata={"raydock_job": env.get("RAYDOCK_JOB_ID", "")},
-            )
-        except RuntimeError as exc:
-            # A retried submit of the same attempt: the Ray job already exists.
-            if "already exists" in str(exc):
-                return submission_id
-            raise
+        with self._calling("a submit"):
+            try:
+                self.jobs.submit_job(
+                    entrypoint=DRIVER_ENTRYPOINTS[kind], submission_id=submission_id, runtime_env=runtime_env, metadata=metadata
+                )
+            except RuntimeError as exc:
+                if "already exists" in str(exc):
+                    return True
+                raise
+        return False
 
     def state(self, submission_id: str) -> RayJobState | None:
         """None when Ray has no such job (e.g. the cluster was replaced)."""
-        try:
-            info = self.jobs.get_job_info(submission_id)
-        except RuntimeError as exc:
-            if "does not exist" in str(exc) or "404" in str(exc):
-                return None
-            raise
-        return RayJobState(status=str(info.status.value if hasattr(info.status, "value") else info.status), message=info.message)
+        with self._calling("a job status"):
+            try:
+                info = self.jobs.get_job_info(submission_id)
+            except RuntimeError as exc:
+                if "does not exist" in str(exc) or "404" in str(exc):
+                    return None
+                raise
+        return RayJobState(status=_status(info.status), message=info.message)
+
+    def list_jobs(self) -> list[RayJob]:
+        """Every submitted Ray job the cluster remembers."""
+        with self._calling("the job list"):
+            infos = self.jobs.list_jobs()
+        return [
+            RayJob(submission_id=i.submission_id, status=_status(i.status), metadata=dict(i.metadata or {}))
+            for i in infos
+            if i.submission_id
+        ]
 
     def logs(self, submission_id: str) -> str:
-        return self.jobs.get_job_logs(submission_id)
+        with self._calling("a log read"):
+            return self.jobs.get_job_logs(submission_id)
 
     def stop(self, submission_id: str) -> None:
-        self.jobs.stop_job(submission_id)
+        """Stop a Ray job; one that has ended or never existed needs no stop."""
+        with self._calling("a stop"):
+            try:
+                self.jobs.stop_job(submission_id)
+            except RuntimeError as exc:
+                if "does not exist" not in str(exc) and "404" not in str(exc):
+                    raise
 
     def delete(self, submission_id: str) -> None:
-        try:
-            self.jobs.delete_job(submission_id)
-        except RuntimeError:
-            pass  # gone already, or still stopping: nothing of ours depends on it
+        with self._calling("a delete"):
+            try:
+                self.jobs.delete_job(submission_id)
+            except RuntimeError:
+                pass  # gone already, or still stopping: nothing of ours depends on it
 
     # ------------------------------------------------------------------ cluster
 
@@ -120,13 +183,6 @@ class RayBackend:
             return r.json()
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {path}: {exc}") from exc
-
-    def ping(self) -> bool:
-        try:
-            self._get("/api/version")
-            return True
-        except ClusterUnavailable:
-            return False
 
     def cluster_info(self) -> ClusterInfo:
         nodes_raw = self._get("/api/v0/nodes?limit=10000")["data"]["result"]["result"]
@@ -155,12 +211,12 @@ class RayBackend:
             autoscaler=autoscaler_from_status(status, self.autoscaler_config, self.autoscaler_config_path),
         )
 
-    def max_node_capacity(self) -> tuple[float, float]:
-        """(CPUs, GPUs) the alive nodes have in all plus what the autoscaler can still
-        add (infinite when its limits are unknown): the most a job can ever get."""
+    def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
+        """The cluster now and what its autoscaler can still add (infinite when its
+        limits are unknown)."""
         info = self.cluster_info()
-        alive = [n for n in info.nodes if n.alive]
-        self.has_autoscaler = info.autoscaler is not None  # for the wording of a refusal
-        extra_cpus, extra_gpus = addable(info)
-        return sum(n.cpus for n in alive) + extra_cpus, sum(n.gpus for n in alive) + extra_gpus
+        return info, addable(info)
 
+
+def _status(status: Any) -> str:
+    return str(status.value if hasattr(status, "value") else status)

@@ -1,15 +1,59 @@
-"""Checkpoint storage: a local directory or any pyarrow filesystem URI (s3://, gs://)."""
+"""Checkpoint storage: a local directory or any pyarrow filesystem URI (s3://, gs://).
+
+Every job owns one prefix, ``<storage>/<job id>``; what it reports (checkpoint paths,
+results) is accepted only inside it (``within``), and read back only from inside it.
+"""
 
 from __future__ import annotations
 
 import io
+import os
+import posixpath
 import tarfile
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
+
+LAUNCH_DIR = "_raydock"  # under a job's prefix: what the server hands each attempt's driver
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def job_prefix(base: str, job_id: str) -> str:
+    return join(base, job_id)
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def _local(uri: str) -> str:
+    return os.path.realpath(uri.removeprefix("file://"))
+
+
+def within(path: str, prefix: str) -> bool:
+    """Whether ``path`` names something inside ``prefix`` once normalised: the same
+    scheme and bucket, no ``..`` step, and (for a local path) no symlink out of it."""
+    if not path or "\x00" in path or ".." in path.replace("\\", "/").split("/"):
+        return False
+    if _is_local(prefix) != _is_local(path):
+        return False
+    if _is_local(prefix):
+        if not (path.startswith("/") or path.startswith("file:///")):
+            return False
+        root, target = _local(prefix), _local(path)
+        return target == root or target.startswith(root.rstrip("/") + "/")
+    p, t = urlsplit(prefix), urlsplit(path)
+    if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment:
+        return False
+    root, target = posixpath.normpath(p.path or "/"), posixpath.normpath(t.path or "/")
+    return target == root or target.startswith(root.rstrip("/") + "/")
 
 
 def exists(uri: str) -> bool:
@@ -17,13 +61,18 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-def archive(uri: str) -> bytes:
-    """A tar.gz of the directory at ``uri``, with paths relative to it."""
+def archive(uri: str, prefix: str) -> bytes:
+    """A tar.gz of the directory at ``uri``, with paths relative to it. Only files that
+    are inside ``prefix`` are read: a link out of the job's prefix is left out."""
+    if not within(uri, prefix):
+        raise PermissionError(f"{uri} is outside {prefix}")
     fs, root = _resolve(uri)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
             if info.type != pafs.FileType.File:
+                continue
+            if _is_local(uri) and not within(info.path, prefix):
                 continue
             with fs.open_input_stream(info.path) as f:
                 data = f.read()
@@ -34,11 +83,29 @@ def archive(uri: str) -> bytes:
     return buf.getvalue()
 
 
+def write_private(uri: str, data: bytes) -> None:
+    """Write a file only the server's user can read (0600 where the filesystem has modes)."""
+    if _is_local(uri):
+        path = uri.removeprefix("file://")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o600)
+        return
+    fs, path = _resolve(uri)
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    with fs.open_output_stream(path) as f:
+        f.write(data)
+
+
+def delete_file(uri: str) -> None:
+    fs, path = _resolve(uri)
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        fs.delete_file(path)
+
+
 def delete_tree(uri: str) -> None:
     fs, path = _resolve(uri)
     if fs.get_file_info(path).type == pafs.FileType.Directory:
         fs.delete_dir(path)
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])

@@ -1,9 +1,14 @@
-"""The job store: SQLAlchemy tables and the engine (SQLite in WAL mode by default,
-Postgres by URL). Jobs, their status history, metrics, logs and checkpoints all live
-here, so they outlive both the API process and the Ray cluster."""
+"""The job store: every table of raydock and the engine (SQLite in WAL mode by default,
+Postgres by URL). Jobs, their status history, metrics, logs, checkpoints, worker groups
+and a search's trials all live here, so they outlive both the API process and the Ray
+cluster. Rows a job's events create carry ``(job_id, attempt, src_seq)`` (``EventKey``)
+and are stored once each (``seen``); they go with their job (ON DELETE CASCADE)."""
 
 from __future__ import annotations
 
+import os
+import secrets
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,13 +24,20 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    func,
+    select,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column, sessionmaker
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def aware(t: datetime) -> datetime:
+    """SQLite returns naive datetimes for what was stored as UTC."""
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 class Base(DeclarativeBase):
@@ -47,15 +59,23 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # Attempts Ray has accepted; the one being submitted is `submission_id` until Ray has it.
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     ray_job_id: Mapped[str | None] = mapped_column(String(128))
-    events_token: Mapped[str | None] = mapped_column(String(64))
+    # The Ray submission id fixed (and stored) before the submit call, reused on a retry.
+    submission_id: Mapped[str | None] = mapped_column(String(128))
+    # sha256 of the current attempt's events token; the token itself reaches only the driver.
+    events_token_hash: Mapped[str | None] = mapped_column(String(64))
     log_offset: Mapped[int] = mapped_column(Integer, default=0)  # chars of the current attempt's log stored
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    idempotency_hash: Mapped[str | None] = mapped_column(String(64))  # sha256 of the body sent with the key
     restarts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     queued_at: Mapped[datetime | None]  # when it last entered the queue: the scheduling deadline counts from here
+    attempt_started_at: Mapped[datetime | None]  # max_runtime_s counts from here, per attempt
+    dropped_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_drop_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class TransitionRow(Base):
@@ -69,19 +89,80 @@ class TransitionRow(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class MetricRow(Base):
-    __tablename__ = "metrics"
-    __table_args__ = (UniqueConstraint("job_id", "attempt", "src_seq"),)
+class EventKey:
+    """The key of a row made from a job's event: the attempt it came in and the
+    sequence number the job gave it. Each is stored once (``seen``)."""
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     src_seq: Mapped[int] = mapped_column(Integer)  # the sequence number the job gave it
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple:
+        return (UniqueConstraint("job_id", "attempt", "src_seq"),)
+
+
+def seen(s: Session, table: type[EventKey], job_id: str, attempt: int, src_seq: int) -> bool:
+    """Whether the event ``(attempt, src_seq)`` of a job is stored in ``table`` already."""
+    q = select(func.count()).select_from(table).where(table.job_id == job_id, table.attempt == attempt, table.src_seq == src_seq)
+    return bool(s.scalar(q))
+
+
+def count(s: Session, table: type[Base], *where) -> int:
+    return int(s.scalar(select(func.count()).select_from(table).where(*where)) or 0)
+
+
+class MetricRow(EventKey, Base):
+    __tablename__ = "metrics"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     seq: Mapped[int] = mapped_column(Integer)  # gap-free position within the job
     ts: Mapped[float] = mapped_column(Float)
     step: Mapped[int | None] = mapped_column(Integer)
     epoch: Mapped[int | None] = mapped_column(Integer)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class WorkerGroupRow(EventKey, Base):
+    """One start of a job's Train worker group: first start, resize, restart."""
+
+    __tablename__ = "worker_groups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(Integer)  # gap-free position within the job
+    ts: Mapped[float] = mapped_column(Float)
+    world_size: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class TrialMetricRow(EventKey, Base):
+    __tablename__ = "trial_metrics"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[str] = mapped_column(String(64), index=True)
+    ts: Mapped[float] = mapped_column(Float)
+    epoch: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(Integer)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ExploitRow(EventKey, Base):
+    """A PBT exploit: a trial continued from a donor's checkpoint with a new config."""
+
+    __tablename__ = "trial_exploits"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    trial_id: Mapped[str] = mapped_column(String(64))
+    donor_trial_id: Mapped[str] = mapped_column(String(64))
+    donor_time: Mapped[float | None] = mapped_column(Float)
+    trial_time: Mapped[float | None] = mapped_column(Float)
+    donor_metric: Mapped[float | None] = mapped_column(Float)
+    old_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    donor_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    new_config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    checkpoint_path: Mapped[str | None] = mapped_column(Text)
 
 
 class LogChunkRow(Base):
@@ -106,9 +187,64 @@ class CheckpointRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class TrialRow(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("job_id", "trial_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    trial_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="PENDING")
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    reports: Mapped[int] = mapped_column(Integer, default=0)
+    last_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    best_metric: Mapped[float | None] = mapped_column(Float)
+    last_time: Mapped[float | None] = mapped_column(Float)  # its latest epoch or step
+    exploits: Mapped[int] = mapped_column(Integer, default=0)
+    # (attempt, seq) of the status event applied last: older ones arriving late are ignored.
+    event_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    event_seq: Mapped[int] = mapped_column(Integer, default=-1)
+
+
+class SearchResultRow(Base):
+    """A search's best trial, as its driver reported it at the end."""
+
+    __tablename__ = "search_results"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    trial_id: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    checkpoint_path: Mapped[str | None] = mapped_column(Text)
+
+
+class ServerMetaRow(Base):
+    """Facts of this store itself, e.g. the id its Ray jobs carry in their metadata so
+    reconciliation touches only the Ray jobs this store started."""
+
+    __tablename__ = "server_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+def store_id(sessions: sessionmaker) -> str:
+    """The id of this store, made once on first use."""
+    with sessions.begin() as s:
+        row = s.get(ServerMetaRow, "store_id")
+        if row is None:
+            row = ServerMetaRow(key="store_id", value="rd" + secrets.token_hex(8))
+            s.add(row)
+        return row.value
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url.removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
@@ -124,13 +260,20 @@ def make_engine(url: str) -> Engine:
     else:
         engine = create_engine(url, pool_pre_ping=True)
     migrate(engine)
+    if url.startswith("sqlite:///"):
+        _owner_only(path)
     return engine
 
 
+def _owner_only(db: Path) -> None:
+    # The store holds every job's record: readable by the server's user alone.
+    for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        if p.exists() and stat.S_IMODE(p.stat().st_mode) & 0o077:
+            os.chmod(p, 0o600)
+
+
 def import_models() -> None:
-    """Every module that defines tables, so the metadata (and migrations) see them all."""
-    import service.elastic  # noqa: F401
-    import service.trials  # noqa: F401
+    """Kept for callers that want every table registered: they all live in this module."""
 
 
 def migrate(engine: Engine) -> None:

@@ -1,8 +1,14 @@
 """What the server hands a job's driver on the cluster: the job's id, its storage
-prefix, its spec and the events channel back to the server.
+prefix, its spec and the events channel back to the server (with this attempt's token).
+
+The server writes them to a launch file under the job's own storage prefix (mode 0600)
+and gives the job only its URI, ``RAYDOCK_LAUNCH_URI``: the environment is size-limited
+(a big spec would break the driver's start) and Ray's job list shows every job's
+``runtime_env`` env_vars to every other job, so no token may travel there.
 
 Read in one place (``read_launch``) by both Ray job drivers and by the events transport
-in every process of the job (the Train controller sends events too).
+in every process of the job (the Train controller sends events too). Without a launch
+URI (a driver run by hand) the older environment variables are read instead.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
 JOB_ID_ENV = "RAYDOCK_JOB_ID"
 SPEC_ENV = "RAYDOCK_JOB_SPEC"
 STORAGE_PATH_ENV = "RAYDOCK_STORAGE_PATH"
@@ -27,11 +34,33 @@ class Launch:
     spec: dict[str, Any] | None  # the job spec as JSON; the driver validates it
     events_url: str | None  # None: events go to the log only
     events_token: str | None
+    attempt: int | None = None
+
+
+def _read_uri(uri: str) -> bytes:
+    if "://" not in uri or uri.startswith("file://"):
+        with open(uri.removeprefix("file://"), "rb") as f:
+            return f.read()
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read()
 
 
 @functools.cache
 def read_launch() -> Launch:
-    """The launch of the job this process belongs to (the runtime env's variables)."""
+    """The launch of the job this process belongs to."""
+    if uri := os.environ.get(LAUNCH_URI_ENV):
+        data = json.loads(_read_uri(uri))
+        return Launch(
+            job_id=data.get("job_id"),
+            storage_path=data.get("storage_path"),
+            spec=data.get("spec"),
+            events_url=data.get("events_url") or None,
+            events_token=data.get("events_token") or None,
+            attempt=data.get("attempt"),
+        )
     spec = os.environ.get(SPEC_ENV)
     return Launch(
         job_id=os.environ.get(JOB_ID_ENV),

@@ -1,0 +1,204 @@
+"""Starting a job's attempt on Ray exactly once, and keeping Ray's jobs in step with ours.
+
+An attempt is started in three steps, each safe to repeat after any crash or network
+failure:
+
+1. ``prepare``: the Ray submission id (``raydock-<job>-<attempt>``) is fixed and stored
+   with the hash of a fresh events token, while the job stays QUEUED. The token and the
+   spec go into a launch file under the job's own storage prefix (0600); the driver is
+   given only its URI, so neither sits in Ray's job list nor in the size-limited env.
+2. ``backend.submit`` with that id; a submit of an id Ray already has is recognised.
+3. ``confirm``: the attempt counts (``attempt``, ``ray_job_id``, STARTING) in one
+   compare-and-set. A job cancelled meanwhile is not started: its Ray job is stopped.
+
+A failure between 2 and 3 leaves the job QUEUED with its submission id, and the next
+pass submits the same id again, which Ray recognises. ``reconcile`` stops every Ray job
+this store started whose raydock job is not active in that attempt (cancelled during
+a submit, failed while the cluster was unreachable, deleted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+
+from api.schemas import FailureCause, JobStatus, parse_job_spec
+from service import lifecycle, storage
+from service.elastic import graceful_stop_env
+from service.ingest import new_events_token
+from service.jobs import JobService
+from service.ray_backend import ClusterUnavailable
+from service.store import JobRow
+
+log = logging.getLogger("raydock.attempts")
+
+ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+# Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
+# "fail_after_submit" raises once per job between the Ray submit and the database write;
+# "delay_after_submit=<s>" waits there (so a cancel can land during a submit).
+FAULTS_ENV = "RAYDOCK_TEST_FAULTS"
+
+
+def submission_id(job_id: str, attempt: int) -> str:
+    return f"raydock-{job_id}-{attempt}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    job_id: str
+    kind: str
+    attempt: int
+    submission_id: str
+    launch_uri: str
+    runtime_env: dict
+    previous: str | None  # the Ray job of the attempt before, stopped before this one starts
+
+
+class Attempts:
+    def __init__(self, service: JobService, store_id: str):
+        self.service = service
+        self.sessions = service.sessions
+        self.backend = service.backend
+        self.settings = service.settings
+        self.store_id = store_id
+        faults = dict(f.partition("=")[::2] for f in os.environ.get(FAULTS_ENV, "").split(",") if f)
+        self._fail_after_submit = "fail_after_submit" in faults
+        self._delay_after_submit = float(faults.get("delay_after_submit") or 0)
+        self._faulted: set[str] = set()
+
+    # ------------------------------------------------------------------ start
+
+    def start(self, job_id: str) -> None:
+        """Prepare, submit and confirm one attempt. Raises ClusterUnavailable when Ray
+        did not answer (the job stays QUEUED with its submission id, to be retried)."""
+        prepared = self.prepare(job_id)
+        if prepared is None:
+            return
+        if prepared.previous:
+            self.backend.stop(prepared.previous)  # one driver per job, whatever the last attempt left
+        metadata = {"raydock_job": job_id, "raydock_attempt": str(prepared.attempt), "raydock_store": self.store_id}
+        try:
+            self.backend.submit(prepared.submission_id, prepared.kind, prepared.runtime_env, metadata)
+        except ClusterUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
+            if "No available agent" in str(exc):
+                return  # a head that just started has no job agent yet: the same id is submitted again
+            with self.sessions.begin() as s:
+                job = s.get(JobRow, job_id)
+                if job is not None and job.status == JobStatus.QUEUED.value:
+                    lifecycle.fail(
+                        s, job, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", reason="Ray refused the job"
+                    )
+                    job.submission_id = None
+            return
+        self._inject_faults(job_id)
+        self.confirm(job_id, prepared.submission_id)
+
+    def _inject_faults(self, job_id: str) -> None:
+        if self._delay_after_submit:
+            time.sleep(self._delay_after_submit)
+        if self._fail_after_submit and job_id not in self._faulted:
+            self._faulted.add(job_id)
+            raise RuntimeError(f"{FAULTS_ENV}: injected failure after the Ray submit of {job_id}")
+
+    def prepare(self, job_id: str) -> Prepared | None:
+        """Fix the attempt's submission id and write its launch file; None when the job
+        is no longer QUEUED. A job prepared before (a retry) keeps its id and file."""
+        with self.sessions() as s:
+            job = s.get(JobRow, job_id)
+            if job is None or job.status != JobStatus.QUEUED.value:
+                return None
+            attempt, sid, kind, spec_json = job.attempt + 1, job.submission_id, job.kind, job.spec
+            previous = job.ray_job_id
+        uri = storage.join(self.service.prefix(job_id), storage.LAUNCH_DIR, f"launch-{attempt}.json")
+        if sid is None:
+            sid = submission_id(job_id, attempt)
+            token, digest = new_events_token()
+            storage.write_private(uri, json.dumps(self._launch(job_id, attempt, spec_json, token)).encode())
+            with self.sessions.begin() as s:
+                fixed = s.execute(
+                    update(JobRow)
+                    .where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_(None))
+                    .values(submission_id=sid, events_token_hash=digest),
+                    execution_options={"synchronize_session": False},
+                ).rowcount
+            if fixed != 1:
+                return None  # cancelled (or prepared elsewhere) meanwhile
+        spec = parse_job_spec(spec_json)
+        runtime_env = dict(spec.runtime_env or {})
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
+        if spec.working_dir:
+            runtime_env["working_dir"] = spec.working_dir
+        return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
+
+    def _launch(self, job_id: str, attempt: int, spec: dict, token: str) -> dict:
+        return {
+            "job_id": job_id,
+            "attempt": attempt,
+            "storage_path": self.settings.resolved_storage_path,
+            "spec": spec,
+            "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
+            "events_token": token,
+        }
+
+    def _env(self, kind: str, launch_uri: str) -> dict[str, str]:
+        """The driver's environment: where its launch file is, and Ray settings. Nothing
+        secret: Ray's job list shows these to every job on the cluster."""
+        return {
+            LAUNCH_URI_ENV: launch_uri,
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(self.settings.train_health_check_interval_s),
+            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.worker_start_timeout_s),
+            "RAY_DEDUP_LOGS": "0",
+            "PYTHONUNBUFFERED": "1",
+            **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once (service/elastic.py)
+        }
+
+    def confirm(self, job_id: str, sid: str) -> None:
+        """Ray has the attempt: count it. A job cancelled meanwhile gets its Ray job stopped."""
+        attempt = int(sid.rsplit("-", 1)[1])
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if job is None:
+                started = False
+            else:
+                also = {"attempt": attempt, "ray_job_id": sid, "submission_id": None, "log_offset": 0}
+                started = job.submission_id == sid and lifecycle.transition(
+                    s, job, JobStatus.STARTING, reason="submitted to Ray", also=also
+                )
+                if not started and job.submission_id == sid:
+                    job.submission_id = None
+        if not started:
+            # Cancelled (or deleted) while it was being submitted: the Ray job must not train on.
+            log.info("job %s ended while its attempt %s was submitted: stopping %s", job_id, attempt, sid)
+            self.backend.stop(sid)
+
+    # ------------------------------------------------------------------ reconcile
+
+    def reconcile(self) -> list[str]:
+        """Stop the Ray jobs of this store whose raydock job is not active in that
+        attempt; returns their submission ids."""
+        ours = [j for j in self.backend.list_jobs() if j.is_active and j.metadata.get("raydock_store") == self.store_id]
+        if not ours:
+            return []
+        ids = {j.metadata.get("raydock_job", "") for j in ours}
+        with self.sessions() as s:
+            rows = {r.id: r for r in s.execute(select(JobRow.id, JobRow.status, JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id.in_(ids)))}
+        stopped = []
+        for rj in ours:
+            row = rows.get(rj.metadata.get("raydock_job", ""))
+            active = row is not None and (
+                (row.status in ACTIVE and row.ray_job_id == rj.submission_id)
+                or (row.status == JobStatus.QUEUED.value and row.submission_id == rj.submission_id)
+            )
+            if not active:
+                log.warning("stopping Ray job %s: its raydock job is not running that attempt", rj.submission_id)
+                self.backend.stop(rj.submission_id)
+                stopped.append(rj.submission_id)
+        return stopped

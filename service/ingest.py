@@ -1,0 +1,292 @@
+"""What running jobs report, taken in: one ``match`` over the typed events of
+``api.schemas.events``, from either channel (the ``RAYDOCK_EVENT`` log lines the monitor
+reads, and the HTTP push).
+
+Events are data, not trust. Each is validated (``parse_event``); one that does not
+validate, names a path outside the job's own storage prefix, or does not belong to the
+job's kind is dropped and counted on the job (``dropped_events``, ``last_drop_reason``),
+never raised. Events of a job that is not running (ended, or queued for its next
+attempt) are ignored: a push carries the token of the attempt that sent it, and a new
+attempt gets a new token. Every stored event is keyed by ``(job, attempt, src_seq)``
+and stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+import threading
+from collections import defaultdict
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.schemas import FailureCause, JobStatus
+from api.schemas.events import (
+    MARKER,
+    BestTrialEvent,
+    CheckpointEvent,
+    ErrorEvent,
+    ExploitEvent,
+    MetricEvent,
+    ResultEvent,
+    StartedEvent,
+    TrialEvent,
+    TrialMetricEvent,
+    WorkerFailureEvent,
+    WorkerGroupEvent,
+    parse_event,
+)
+from service import lifecycle, storage
+from service.store import (
+    CheckpointRow,
+    ExploitRow,
+    JobRow,
+    LogChunkRow,
+    MetricRow,
+    SearchResultRow,
+    TrialMetricRow,
+    TrialRow,
+    WorkerGroupRow,
+    count,
+    seen,
+)
+
+RECEIVING = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
+MAX_REASON = 300
+
+
+class Dropped(Exception):
+    """An event refused; its message is the reason stored on the job."""
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_events_token() -> tuple[str, str]:
+    """A fresh events token and its hash (the store keeps only the hash)."""
+    token = secrets.token_urlsafe(24)
+    return token, token_hash(token)
+
+
+def parse_log_events(text: str) -> list[Any]:
+    """The raw events in log text: whatever follows the marker on each line, decoded
+    (undecodable ones as the text itself, so they are counted as dropped)."""
+    out: list[Any] = []
+    for line in text.splitlines():
+        at = line.find(MARKER)
+        if at < 0:
+            continue
+        body = line[at + len(MARKER) :].strip()
+        if len(body) > MAX_LINE:
+            out.append(f"<event line of {len(body)} characters>")
+            continue
+        try:
+            out.append(json.loads(body))
+        except (json.JSONDecodeError, RecursionError):
+            out.append(body[:MAX_REASON])
+    return out
+
+
+class Ingest:
+    """Takes events and log chunks into the store. One lock per job keeps a job's two
+    channels from interleaving; jobs never wait on each other."""
+
+    def __init__(self, sessions: sessionmaker, storage_path: str):
+        self.sessions = sessions
+        self.storage_path = storage_path
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+
+    def check_token(self, job_id: str, token: str | None) -> bool:
+        if not token:
+            return False
+        with self.sessions() as s:
+            stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
+        return stored is not None and secrets.compare_digest(stored, token_hash(token))
+
+    def push(self, job_id: str, raw: Any) -> None:
+        """One event from the HTTP channel."""
+        self.take(job_id, [raw], push=True)
+
+    def log(self, job_id: str, full_log: str) -> None:
+        """Take the part of a job's log past what is stored, up to its last full line."""
+        with self.sessions() as s:
+            offset = s.scalar(select(JobRow.log_offset).where(JobRow.id == job_id))
+        if offset is None:
+            return
+        end = full_log.rfind("\n", offset) + 1
+        if end <= offset:
+            return
+        text = full_log[offset:end]
+        self.take(job_id, parse_log_events(text), log_text=text, log_offset=end)
+
+    def take(self, job_id: str, raws: list[Any], *, log_text: str | None = None, log_offset: int | None = None, push: bool = False) -> None:
+        """Store events once each, and optionally a log chunk with the offset it brings
+        the job to. Never raises for what an event holds."""
+        with self._locks[job_id], self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if job is None:
+                return
+            if job.status in RECEIVING:
+                for raw in raws:
+                    try:
+                        # Every check of an event comes before its first write: a refused
+                        # event leaves nothing behind.
+                        self._apply(s, job, parse_event(raw), push)
+                    except (ValidationError, Dropped, ValueError, TypeError, OverflowError) as exc:
+                        job.dropped_events = (job.dropped_events or 0) + 1
+                        job.last_drop_reason = _reason(exc)
+            if log_text:
+                s.add(LogChunkRow(job_id=job_id, text=log_text))
+            if log_offset is not None:
+                job.log_offset = log_offset
+
+    # ------------------------------------------------------------------ one event
+
+    def _own_path(self, job: JobRow, path: str | None) -> str | None:
+        if path is not None and not storage.within(path, storage.job_prefix(self.storage_path, job.id)):
+            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix")
+        return path
+
+    def _apply(self, s: Session, job: JobRow, event: Any, push: bool) -> None:
+        match event:
+            case StartedEvent():
+                if job.status == JobStatus.STARTING.value:
+                    lifecycle.transition(s, job, JobStatus.RUNNING, reason="driver started")
+            case MetricEvent():
+                _metric(s, job, event, push)
+            case CheckpointEvent():
+                path = self._own_path(job, event.path)
+                if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
+                    return
+                m = event.metrics
+                s.add(CheckpointRow(job_id=job.id, attempt=job.attempt, path=path, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m))
+            case WorkerFailureEvent():
+                entry = {"attempt": job.attempt, "at": event.ts, "reason": event.reason[:2000]}
+                if entry not in (job.restarts or []):
+                    job.restarts = [*(job.restarts or []), entry]
+            case ErrorEvent():
+                # Recorded now; the status follows when Ray reports the driver's exit.
+                lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
+            case ResultEvent():
+                self._own_path(job, event.path)
+                if event.metrics and not job.latest_metrics:
+                    job.latest_metrics = event.metrics
+            case WorkerGroupEvent():
+                if seen(s, WorkerGroupRow, job.id, job.attempt, event.seq):
+                    return
+                s.add(WorkerGroupRow(
+                    job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts,
+                    seq=count(s, WorkerGroupRow, WorkerGroupRow.job_id == job.id), world_size=event.world_size,
+                    nodes=[n.model_dump() for n in event.nodes],
+                ))  # fmt: skip
+            case TrialMetricEvent() | TrialEvent() | ExploitEvent() | BestTrialEvent() if job.kind != "tune":
+                raise Dropped(f"a {job.kind} job sent a search event ({event.type})")
+            case TrialMetricEvent():
+                _trial_metric(s, job, event)
+            case TrialEvent():
+                row = _trial(s, job, event.trial_id)
+                if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
+                    return  # a late, older status must not roll the trial back
+                row.event_attempt, row.event_seq = job.attempt, event.seq
+                row.status, row.config = event.status, event.config or row.config
+                if event.error:
+                    row.error = event.error
+            case ExploitEvent():
+                self._own_path(job, event.checkpoint_path)
+                if seen(s, ExploitRow, job.id, job.attempt, event.seq):
+                    return
+                s.add(ExploitRow(
+                    job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts, trial_id=event.trial_id,
+                    donor_trial_id=event.donor_trial_id, donor_time=event.donor_time, trial_time=event.trial_time,
+                    donor_metric=event.donor_metric, old_config=event.old_config, donor_config=event.donor_config,
+                    new_config=event.new_config, checkpoint_path=event.checkpoint_path,
+                ))  # fmt: skip
+                _trial(s, job, event.trial_id).exploits += 1
+            case BestTrialEvent():
+                self._own_path(job, event.checkpoint_path)
+                row = s.get(SearchResultRow, job.id) or SearchResultRow(job_id=job.id)
+                row.attempt, row.trial_id, row.value = job.attempt, event.trial_id, event.value
+                row.config, row.values, row.checkpoint_path = event.config, event.metrics, event.checkpoint_path
+                s.add(row)
+                job.latest_metrics = {**event.metrics, "trial_id": event.trial_id}
+        s.flush()  # a later event of the same batch must see this one's rows
+
+
+def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool) -> None:
+    if seen(s, MetricRow, job.id, job.attempt, event.seq):
+        return
+    if push and event.seq != count(s, MetricRow, MetricRow.job_id == job.id, MetricRow.attempt == job.attempt):
+        # The fast channel only extends an unbroken series; after a gap (the API was
+        # down) the log brings the missing reports in order, so seq follows src_seq.
+        return
+    m = event.metrics
+    s.add(MetricRow(
+        job_id=job.id, attempt=job.attempt, src_seq=event.seq, seq=count(s, MetricRow, MetricRow.job_id == job.id),
+        ts=event.ts, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m,
+    ))  # fmt: skip
+    job.latest_metrics = m
+    if job.status == JobStatus.STARTING.value:
+        lifecycle.transition(s, job, JobStatus.RUNNING, reason="training")
+
+
+def _trial(s: Session, job: JobRow, trial_id: str) -> TrialRow:
+    row = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id, TrialRow.trial_id == trial_id))
+    if row is None:
+        row = TrialRow(job_id=job.id, trial_id=trial_id, status="PENDING", config={}, reports=0, exploits=0, event_attempt=0, event_seq=-1)
+        s.add(row)
+        s.flush()
+    return row
+
+
+def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent) -> None:
+    if seen(s, TrialMetricRow, job.id, job.attempt, event.seq):
+        return
+    m = event.metrics
+    s.add(TrialMetricRow(
+        job_id=job.id, attempt=job.attempt, src_seq=event.seq, trial_id=event.trial_id, ts=event.ts,
+        epoch=_int(m.get("epoch")), step=_int(m.get("step")), values=m, config=event.config,
+    ))  # fmt: skip
+    row = _trial(s, job, event.trial_id)
+    row.reports += 1
+    row.last_metrics = m
+    unit = "step" if (job.spec.get("budget") or {}).get("steps") else "epoch"
+    row.last_time = _float(m.get(unit))
+    value = _float(m.get(job.spec.get("metric")))
+    if value is not None and (row.best_metric is None or better(value, row.best_metric, job.spec.get("mode"))):
+        row.best_metric = value
+
+
+def better(value: float, than: float, mode: str | None) -> bool:
+    return value > than if mode == "max" else value < than
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errs = exc.errors(include_url=False, include_input=False)
+        first = errs[0] if errs else {}
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        text = f"invalid event: {loc}: {first.get('msg', '')}" + (f" (+{len(errs) - 1} more)" if len(errs) > 1 else "")
+    else:
+        text = str(exc) or type(exc).__name__
+    return text[:MAX_REASON]
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    i = int(v)
+    return i if -(2**63) <= i < 2**63 else None
