@@ -4,13 +4,21 @@ The head runs as ``ray start --head --block`` in its own process session, on por
 its own, so it survives a crash of the API process (running jobs keep training) and a
 restarted server finds it again from ``cluster.json``. It is stopped by the process id
 raydock started, never with ``ray stop``, which would kill every Ray on the machine.
+
+What the head is given is chosen, not inherited: it listens on 127.0.0.1 only, runs with
+Ray token auth when a token file is named (the server always names one, and creates it
+0600), and gets an allowlisted environment. Every job's code runs in processes forked
+from this head, so whatever the head's environment holds (the API token, the database
+URL, cloud keys) user code could read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +32,20 @@ import httpx
 
 from service.ray_backend import ray_auth_token
 
+log = logging.getLogger("raydock")
+
+LOOPBACK = "127.0.0.1"
+# What the head (and so every job's driver and workers) may inherit from the server.
+# Anything else (RAYDOCK_* such as the API token and the database URL, cloud keys,
+# RAY_ADDRESS of another cluster) stays with the server.
+HEAD_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "VIRTUAL_ENV",
+     "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+)  # fmt: skip
+HEAD_ENV_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_", "RAY_", "AUTOSCALER_")
+HEAD_ENV_DENIED = frozenset({"RAY_ADDRESS"})
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
 
 @dataclass
 class LocalHead:
@@ -32,6 +54,19 @@ class LocalHead:
     dashboard_url: str
     temp_dir: str
     log_path: str
+    auth_token_path: str | None = None  # None: the head runs without token auth (or with Ray's own settings)
+
+    def auth_token(self) -> str | None:
+        if self.auth_token_path is None:
+            return ray_auth_token()
+        try:
+            return Path(self.auth_token_path).read_text().strip() or None
+        except OSError:
+            return None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {t}"} if (t := self.auth_token()) else {}
 
     def alive(self) -> bool:
         try:
@@ -39,8 +74,7 @@ class LocalHead:
         except OSError:
             return False
         try:
-            headers = {"Authorization": f"Bearer {t}"} if (t := ray_auth_token()) else {}
-            return httpx.get(self.dashboard_url + "/api/version", headers=headers, timeout=3).status_code == 200
+            return httpx.get(self.dashboard_url + "/api/version", headers=self.headers, timeout=3).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -89,10 +123,40 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def _head_env(extra: dict[str, str] | None) -> dict[str, str]:
-    """Job drivers run ``python -m trainers.driver``: put this interpreter first on PATH."""
-    bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), **(extra or {})}
+def head_env(extra: dict[str, str] | None = None, *, auth_token_path: Path | None = None) -> dict[str, str]:
+    """The allowlisted part of this process's environment, ``extra`` on top.
+
+    Job drivers run ``python -m trainers.driver``: this interpreter goes first on PATH.
+    With ``auth_token_path`` the head runs with token auth from that file, whatever
+    Ray auth settings this process has.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in HEAD_ENV_NAMES or k.startswith(HEAD_ENV_PREFIXES)) and k not in HEAD_ENV_DENIED
+    }
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    if auth_token_path is not None:
+        for k in AUTH_ENV:
+            env.pop(k, None)
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(auth_token_path))
+    return {**env, **(extra or {})}
+
+
+def ensure_token(path: Path) -> Path:
+    """A Ray auth token file readable by this user only, created when missing."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        if path.stat().st_uid == os.geteuid():
+            path.chmod(0o600)
+        if not path.read_text().strip():
+            raise RuntimeError(f"the Ray auth token file {path} is empty; delete it and raydock writes a new one")
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
 
 
 def start_head(
@@ -103,23 +167,30 @@ def start_head(
     timeout: float = 90.0,
     autoscaling_config: dict[str, Any] | None = None,
     extra_args: Sequence[str] = (),
+    auth_token_path: Path | None = None,
 ) -> LocalHead:
-    """Start a Ray head on free ports and wait until its dashboard answers.
+    """Start a Ray head on free ports of 127.0.0.1 and wait until its dashboard answers.
 
-    ``autoscaling_config`` runs an autoscaler with that cluster config; for Ray's fake
-    multi-node provider (``provider.type: fake_multinode``, nodes as extra raylets on
-    this machine) the GCS address is filled in so its nodes join this head rather than
-    port 6379. ``extra_args`` go last on the ``ray start`` line (a repeated flag wins).
+    ``auth_token_path``: run with Ray token auth, the token read from that file (created
+    0600 when missing). ``autoscaling_config`` runs an autoscaler with that cluster
+    config; for Ray's fake multi-node provider (``provider.type: fake_multinode``, nodes
+    as extra raylets on this machine) the GCS address is filled in so its nodes join this
+    head rather than port 6379. ``extra_args`` go last on the ``ray start`` line (a
+    repeated flag wins).
     """
-    state_dir.mkdir(parents=True, exist_ok=True)
-    # Unix socket paths are limited to ~107 bytes: keep Ray's temp dir short.
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if auth_token_path is not None:
+        ensure_token(auth_token_path)
+    # Unix socket paths are limited to ~107 bytes: keep Ray's temp dir short. Job logs
+    # land there: this user only.
     digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:8]
     temp_dir = f"/tmp/raydock-{digest}-{os.getpid()}"
+    os.makedirs(temp_dir, mode=0o700, exist_ok=True)
     gcs, dash, client, agent_http, agent_grpc, node_mgr, obj_mgr, metrics, rt_env = free_ports(9)
     ray_bin = str(Path(sys.executable).with_name("ray"))
     cmd = [
-        ray_bin, "start", "--head", "--block", "--disable-usage-stats",
-        f"--port={gcs}", f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
+        ray_bin, "start", "--head", "--block", "--disable-usage-stats", f"--node-ip-address={LOOPBACK}",
+        f"--port={gcs}", f"--dashboard-port={dash}", f"--dashboard-host={LOOPBACK}", "--include-dashboard=true",
         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent_http}",
         f"--dashboard-agent-grpc-port={agent_grpc}", f"--node-manager-port={node_mgr}",
         f"--object-manager-port={obj_mgr}", f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={rt_env}",
@@ -127,7 +198,9 @@ def start_head(
     ]  # fmt: skip
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
-    env = dict(env or {})
+    # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's address unless Ray
+    # is in single-machine mode; in that mode GCS, raylet and agents listen on 127.0.0.1.
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(env or {})}
     if autoscaling_config is not None:
         config_path = state_dir / "autoscaling.json"
         config_path.write_text(json.dumps(_with_gcs_address(autoscaling_config, gcs)))
@@ -139,9 +212,10 @@ def start_head(
     log = open(log_path, "ab")
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=_head_env(env),
+        start_new_session=True, env=head_env(env, auth_token_path=auth_token_path),
     )  # fmt: skip
-    head = LocalHead(proc.pid, f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}", temp_dir, str(log_path))
+    token_path = str(auth_token_path) if auth_token_path is not None else None
+    head = LocalHead(proc.pid, f"{LOOPBACK}:{gcs}", f"http://{LOOPBACK}:{dash}", temp_dir, str(log_path), token_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -160,7 +234,7 @@ def _has_cpus(head: LocalHead) -> bool:
     from service.ray_backend import ClusterUnavailable, RayBackend
 
     try:
-        return RayBackend(head.dashboard_url).cluster_info().cpus_total > 0
+        return RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().cpus_total > 0
     except (ClusterUnavailable, KeyError, TypeError):
         return False
 
@@ -169,7 +243,7 @@ def _has_node(head: LocalHead) -> bool:
     from service.ray_backend import ClusterUnavailable, RayBackend
 
     try:
-        return any(n.alive for n in RayBackend(head.dashboard_url).cluster_info().nodes)
+        return any(n.alive for n in RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().nodes)
     except (ClusterUnavailable, KeyError, TypeError):
         return False
 
@@ -177,10 +251,8 @@ def _has_node(head: LocalHead) -> bool:
 def _with_gcs_address(config: dict[str, Any], gcs_port: int) -> dict[str, Any]:
     provider = dict(config.get("provider", {}))
     if provider.get("type") == "fake_multinode" and "gcs_address" not in provider:
-        from ray._private.services import get_node_ip_address
-
         # Without it the fake provider points its nodes at <node ip>:6379.
-        provider["gcs_address"] = f"{get_node_ip_address()}:{gcs_port}"
+        provider["gcs_address"] = f"{LOOPBACK}:{gcs_port}"
     return {**config, "provider": provider}
 
 
@@ -196,5 +268,15 @@ def find_head(state_dir: Path) -> LocalHead | None:
     return head if head.alive() else None
 
 
-def ensure_head(state_dir: Path, *, num_cpus: int | None = None) -> LocalHead:
-    return find_head(state_dir) or start_head(state_dir, num_cpus=num_cpus)
+def ensure_head(state_dir: Path, *, num_cpus: int | None = None, auth_token_path: Path | None = None) -> LocalHead:
+    """The head a previous server left running (with the token it was started with), or a new one."""
+    head = find_head(state_dir)
+    if head is None:
+        return start_head(state_dir, num_cpus=num_cpus, auth_token_path=auth_token_path)
+    if auth_token_path is not None and head.auth_token_path != str(auth_token_path):
+        log.warning(
+            "the running local Ray head (pid %s) was not started with the token file %s; it is kept so its jobs "
+            "go on. Stop it (kill -TERM -%s) while no job runs, and the next start makes one with token auth on 127.0.0.1.",
+            head.pid, auth_token_path, head.pid,
+        )  # fmt: skip
+    return head

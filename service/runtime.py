@@ -30,15 +30,15 @@ def build_runtime(settings: Settings) -> Runtime:
             f"refusing to listen on {settings.host} without an API token: set RAYDOCK_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>'), or listen on 127.0.0.1"
         )
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.prepare_data_dir()  # 0700, the SQLite file 0600
     head = None
     address = settings.ray_address
     if not address:
-        head = ensure_head(settings.data_dir / "ray", num_cpus=settings.local_num_cpus)
+        head = ensure_head(settings.data_dir / "ray", num_cpus=settings.local_num_cpus, auth_token_path=settings.local_head_token_path)
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
     sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
-    service = JobService(settings, sessions, RayBackend(address, autoscaler_config=settings.autoscaler_config))
+    service = JobService(settings, sessions, RayBackend(address, autoscaler_config=settings.autoscaler_config, auth_token=head.auth_token() if head else None))
     monitor = Monitor(service)
     service.on_submit = monitor.wake
     return Runtime(settings, service, monitor, head)

@@ -1,8 +1,10 @@
-"""Server settings, read from ``RAYDOCK_*`` environment variables (and ``RAY_ADDRESS``)."""
+"""Server settings, read from ``RAYDOCK_*`` environment variables (and ``RAY_ADDRESS``,
+``RAY_AUTH_TOKEN_PATH``)."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -27,6 +29,7 @@ class Settings(BaseSettings):
         default=None, description="URL the cluster uses to reach this API for live events; derived from host/port when unset."
     )
     api_token: str | None = Field(default=None, description="Bearer token required by the API; mandatory off loopback.")
+    max_request_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body the API reads (413 above it).")
     local_num_cpus: int | None = Field(default=None, description="CPUs the local Ray head advertises (default: all).")
     monitor_interval_s: float = Field(default=0.5, description="How often job statuses are polled.")
     train_health_check_interval_s: float = Field(
@@ -41,6 +44,60 @@ class Settings(BaseSettings):
         default=None,
         description="The Ray autoscaler's cluster config (YAML/JSON), for the node limits its status report leaves out.",
     )
+    code_root: str | None = Field(
+        default=None,
+        description=(
+            "Directories on the server (separated by ':') whose contents jobs may ship to the cluster as "
+            "`working_dir` or `runtime_env.py_modules`; a relative `working_dir` is taken from the first. "
+            "Unset: jobs may name no server path (remote py_modules URIs still work)."
+        ),
+    )
+    code_max_bytes: int = Field(
+        default=100 * 1024 * 1024, ge=1, description="Largest working_dir or py_module (bytes, all files together) a job may ship."
+    )
+    code_max_files: int = Field(
+        default=10_000, ge=1, description="Most files and directories a job's working_dir or py_module may hold."
+    )
+    ray_auth_token_path: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("RAYDOCK_RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN_PATH"),
+        description=(
+            "Ray token file. The local head runs with token auth and this token (created, mode 0600, when "
+            "missing; default <data_dir>/ray/auth_token). For a RAY_ADDRESS cluster: the token its dashboard expects."
+        ),
+    )
+
+    @property
+    def code_roots(self) -> list[Path]:
+        """The code roots, symlinks and ``..`` resolved."""
+        return [Path(os.path.realpath(os.path.expanduser(p))) for p in (self.code_root or "").split(os.pathsep) if p.strip()]
+
+    @property
+    def local_head_token_path(self) -> Path:
+        return self.ray_auth_token_path or self.data_dir / "ray" / "auth_token"
+
+    def prepare_data_dir(self) -> None:
+        """Create the data dir readable by the server's user only (it holds every job's
+        record and the cluster token), and the SQLite file 0600 before SQLite makes it
+        (its -wal/-shm files copy the database file's mode)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _chmod(self.data_dir, 0o700)
+        db = self.sqlite_path
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+            for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+                _chmod(path, 0o600)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file, or None for another database (or an in-memory one)."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.resolved_database_url)
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+            return None
+        return Path(url.database)
 
     @cached_property
     def resolved_database_url(self) -> str:
@@ -65,3 +122,12 @@ class Settings(BaseSettings):
             return self.public_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "localhost") else self.host
         return f"http://{host}:{self.port}"
+
+
+def _chmod(path: Path, mode: int) -> None:
+    """Tighten a path the server owns; a path owned by someone else is left as it is."""
+    try:
+        if path.exists() and path.stat().st_uid == os.geteuid():
+            path.chmod(mode)
+    except OSError:
+        pass

@@ -2,25 +2,50 @@
 
 The cluster is a Ray head on ports of its own, started once (about 10 s here) and
 stopped by the process session it was started in; never ``ray stop``.
+
+Every Ray cluster of the run uses token auth with a token this run makes in a temp dir
+of its own (``RAY_AUTH_TOKEN_PATH``, inherited by servers and CLIs the tests start):
+nothing depends on ``~/.ray`` or any file outside the checkout and the run's temp dirs.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from api.client import Client
-from service.local_cluster import LocalHead, start_head
+from service.local_cluster import LocalHead, ensure_token, start_head
 from tests.servers import ServerProcess
 
 CLUSTER_CPUS = 4
 FIXTURES = Path(__file__).parent / "fixtures"
+_AUTH_DIR: str | None = None
+
+
+def pytest_configure(config) -> None:
+    global _AUTH_DIR
+    _AUTH_DIR = tempfile.mkdtemp(prefix="raydock-test-auth-")
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(ensure_token(Path(_AUTH_DIR) / "auth_token"))
+    os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def pytest_unconfigure(config) -> None:
+    if _AUTH_DIR:
+        shutil.rmtree(_AUTH_DIR, ignore_errors=True)
+
+
+def session_token_path() -> Path:
+    return Path(os.environ["RAY_AUTH_TOKEN_PATH"])
 
 
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> LocalHead:
-    head = start_head(tmp_path_factory.mktemp("ray"), num_cpus=CLUSTER_CPUS)
+    head = start_head(tmp_path_factory.mktemp("ray"), num_cpus=CLUSTER_CPUS, auth_token_path=session_token_path())
     yield head
     head.stop()
 

@@ -14,22 +14,31 @@ import httpx
 from service.local_cluster import free_ports
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
 class ServerProcess:
-    def __init__(self, data_dir: Path, ray_address: str, *, token: str | None = None, port: int | None = None, extra_env: dict[str, str] | None = None):
+    """``ray_address`` None: the server starts a Ray head of its own (in its data dir).
+    Jobs may ship code from the checkout (``RAYDOCK_CODE_ROOT``) unless ``extra_env``
+    says otherwise; ``unset_env`` names variables of this process the server must not see."""
+
+    def __init__(
+        self, data_dir: Path, ray_address: str | None, *, token: str | None = None, port: int | None = None,
+        extra_env: dict[str, str] | None = None, unset_env: tuple[str, ...] = (),
+    ):  # fmt: skip
         self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
         self.port = port or free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = extra_env or {}
+        self.unset_env = unset_env
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
-        env = {
-            **os.environ,
-            "RAY_ADDRESS": self.ray_address,
-            "RAYDOCK_DATA_DIR": str(self.data_dir),
-            "RAYDOCK_PORT": str(self.port),
-            **self.extra_env,
-        }
+        env = {k: v for k, v in os.environ.items() if k not in self.unset_env and k != "RAY_ADDRESS"}
+        env.update(RAYDOCK_DATA_DIR=str(self.data_dir), RAYDOCK_PORT=str(self.port), RAYDOCK_CODE_ROOT=str(REPO))
+        if self.ray_address:
+            env["RAY_ADDRESS"] = self.ray_address
+        env.update(self.extra_env)
         if self.token:
             env["RAYDOCK_API_TOKEN"] = self.token
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local_cluster import _head_env, free_ports
+from service.local_cluster import free_ports, head_env
 from service.ray_backend import ClusterUnavailable, RayBackend
+from tests.conftest import session_token_path
 from tests.netns import NetworkHosts
 from tests.servers import ServerProcess
 from tests.test_jobs import wait_for
@@ -64,8 +65,8 @@ def two_hosts(tmp_path_factory):
                 pytest.skip(f"the namespaces cannot reach each other: {reason}")
             head_ip, worker_ip = net.addresses
             gcs, dash = free_ports(2)  # each namespace has its own ports; these only need to differ from each other
-            env = _head_env({**HEAD_ENV, "RAY_AUTH_MODE": "token"})  # a joining node must send the token too
-            env.pop("RAY_ADDRESS", None)
+            # Token auth with the run's own token (tests/conftest.py); a joining node sends it too.
+            env = head_env(HEAD_ENV, auth_token_path=session_token_path())
             head = net.popen(0, ray_node_cmd(temp_dirs[0], head_ip, head_port=gcs, dashboard_port=dash), env=gloo_env(env, net, 0), log=work / "head.log")
             dashboard = f"http://{head_ip}:{dash}"
             backend = RayBackend(dashboard)
