@@ -46,7 +46,7 @@ def serve(
     """Run the API server (starts a local Ray head unless RAY_ADDRESS is set)."""
     import uvicorn
 
-    from api.app import create_app
+    from service.http.app import create_app
     from service.settings import Settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -64,7 +64,7 @@ def run(
 
     import uvicorn
 
-    from api.app import create_app
+    from service.http.app import create_app
     from service.local_cluster import free_ports
     from service.settings import Settings
 
@@ -75,7 +75,7 @@ def run(
     err.print(f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)")
     thread.start()
     try:
-        with Client(settings.events_base_url) as client:
+        with Client(settings.events_base_url, token=settings.api_token) as client:
             _wait_healthy(client, server)
             err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
             job = client.submit(spec)

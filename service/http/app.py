@@ -1,0 +1,172 @@
+"""The FastAPI application: ``create_app(settings)`` builds it from the lifespan (the
+runtime and the monitor's task), the request guard, the error handlers that put every
+refusal in raydock's ``{"error": {code, message, details}}`` body, and the routers of
+``service/http/routes/``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Route, compile_path
+
+from api.errors import InvalidSpec, RaydockError
+from service.http.deps import require_token
+from service.http.guards import RequestGuard, allowed_hosts
+from service.http.openapi import errors, errors_as_json
+from service.http.routes import checkpoints, cluster, events, jobs, logs, metrics, trials, worker_groups
+from service.ray_backend import ClusterUnavailable
+from service.runtime import Runtime, build_runtime
+from service.settings import Settings
+
+log = logging.getLogger("raydock.api")
+
+HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(
+        title="raydock",
+        version="0.1.0",
+        summary="Distributed training and hyperparameter search on Ray.",
+        lifespan=lifespan,
+        responses=errors(400, 413),  # the request guard and body parsing answer these on any route
+    )
+    app.state.settings = settings
+    app.add_middleware(RequestGuard, hosts=allowed_hosts(settings), max_body_bytes=settings.max_request_bytes)
+    app.add_exception_handler(RaydockError, raydock_error)
+    app.add_exception_handler(RequestValidationError, request_invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(ClusterUnavailable, cluster_unavailable)
+    app.add_exception_handler(Exception, internal_error)
+
+    auth = [Depends(require_token)] if settings.api_token else []
+    v1 = APIRouter(prefix="/v1", dependencies=auth, responses=errors(401) if auth else {})
+    for module in V1_ROUTES:
+        v1.include_router(module.router)
+    app.include_router(cluster.health_router)
+    app.include_router(v1)
+    app.include_router(events.router, prefix="/v1/internal")  # per-job events token, not the API token
+    errors_as_json(app)
+    app.state.methods_by_path = methods_by_path(app, [("", cluster.health_router), ("/v1/internal", events.router)])
+    return app
+
+
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster)
+
+
+def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
+    """Each path template with every method served on it, for the ``Allow`` header of a 405."""
+    table: dict[str, set[str]] = {}
+    routers = [("/v1", m.router) for m in V1_ROUTES] + mounted + [("", app.router)]
+    for prefix, router in routers:
+        for route in router.routes:
+            if isinstance(route, Route) and route.methods:
+                table.setdefault(prefix + route.path, set()).update(route.methods)
+    return [(compile_path(path)[0], methods) for path, methods in table.items()]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI):
+    runtime = await asyncio.to_thread(build_runtime, app.state.settings)
+    app.state.runtime = runtime
+    task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if runtime.head is not None:
+            await asyncio.to_thread(_maybe_stop_head, runtime)
+
+
+def _maybe_stop_head(runtime: Runtime) -> None:
+    """Stop the local head on shutdown unless jobs still train on it (they outlive us)."""
+    active = runtime.service.list(status=None, labels={}, limit=10_000, offset=0).items
+    if any(not j.status.is_terminal() for j in active):
+        log.warning("leaving the local Ray head (pid %s) running: jobs are still active", runtime.head.pid)
+        return
+    runtime.head.stop()
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _body(err: RaydockError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(err.to_body(), status_code=err.status, headers=headers)
+
+
+async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
+    return _body(exc)
+
+
+async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return _body(validation_error(exc, spec=request.url.path.rstrip("/") == "/v1/jobs"))
+
+
+async def cluster_unavailable(_: Request, exc: ClusterUnavailable) -> JSONResponse:
+    return _body(RaydockError(str(exc), code="cluster_unavailable", status=503))
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    return _body(RaydockError("The server failed on this request; it is logged on the server.", code="internal_error", status=500))
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own refusals (unknown path, wrong method, unreadable body)."""
+    code = getattr(exc, "code", None) or HTTP_CODES.get(exc.status_code, "http_error")
+    headers = dict(exc.headers or {})
+    method, path = request.method, request.url.path
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        message = f"No route {method} {path}. The API is described at /docs and /openapi.json."
+    elif exc.status_code == 405:
+        allowed = allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        message = f"{method} is not allowed on {path}; use {' or '.join(allowed)}."
+    elif exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        message = "The request body could not be read. Send UTF-8 JSON with 'Content-Type: application/json'."
+    else:
+        message = str(exc.detail)
+    return _body(RaydockError(message, code=code, status=exc.status_code), headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (Starlette's own 405 names only the
+    first route that matched the path)."""
+    path = request.scope["path"]
+    return sorted({m for regex, methods in request.app.state.methods_by_path if regex.match(path) for m in methods})
+
+
+def validation_error(exc: RequestValidationError, *, spec: bool) -> InvalidSpec:
+    """A job spec's problems as ``invalid_spec``; a path, query or header problem (or any
+    other body) as ``invalid_request``; each with the dotted location the user wrote."""
+    errs = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errs):
+        ctx = errs[0].get("ctx", {})
+        return InvalidSpec(f"The request body is not valid JSON: {ctx.get('error', 'parse error')}. Send a JSON object.", code="invalid_json")
+    details = [{"loc": _loc(e), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errs]
+    summary = "; ".join(f"{d['loc']}: {d['msg']}" for d in details[:5])
+    if spec and all(_in_body(e) for e in errs):
+        return InvalidSpec(f"The job spec is invalid. {summary}", details=details)
+    return InvalidSpec(f"The request is invalid. {summary}", code="invalid_request", details=details)
+
+
+def _in_body(err: dict[str, Any]) -> bool:
+    return tuple(err.get("loc", ()))[:1] == ("body",)
+
+
+def _loc(err: dict[str, Any]) -> str:
+    parts = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+    parts = parts[1:] if parts[:1] in (["train"], ["tune"]) else parts  # the job kind's union tag
+    # Discriminated unions add the tag to the path ("model.mlp.hidden_sizes"); users wrote "model.hidden_sizes".
+    return ".".join(parts) or "body"

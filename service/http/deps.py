@@ -1,0 +1,72 @@
+"""The one way routes reach the server: ``Annotated`` dependencies for the job service,
+the trial reads, the store and the API token, and the bounded path and query parameters
+every route shares. Routes never touch ``request.app.state`` themselves."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+
+from fastapi import Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import sessionmaker
+
+from api.errors import Unauthorized
+from api.schemas import INT64_MAX
+from service.jobs import JobService
+from service.settings import Settings
+from service.trials import TrialService
+
+# Ids raydock hands out (jobs "j" + hex, Ray Tune trial ids) fit this; anything else cannot exist.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+def settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def job_service(request: Request) -> JobService:
+    return request.app.state.runtime.service
+
+
+def trial_service(jobs: Annotated[JobService, Depends(job_service)]) -> TrialService:
+    return TrialService(jobs.sessions)
+
+
+def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmaker:
+    return jobs.sessions
+
+
+AppSettings = Annotated[Settings, Depends(settings)]
+Jobs = Annotated[JobService, Depends(job_service)]
+Trials = Annotated[TrialService, Depends(trial_service)]
+Store = Annotated[sessionmaker, Depends(store)]
+
+JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
+TrialId = Annotated[str, Path(pattern=ID_PATTERN, description="The trial id (as listed by GET /v1/jobs/{job_id}/trials).")]
+CheckpointId = Annotated[int, Path(ge=0, le=INT64_MAX, description="The checkpoint id (as listed by GET /v1/jobs/{job_id}/checkpoints).")]
+Since = Annotated[int, Query(ge=-1, le=INT64_MAX, description="Only entries with seq > since; -1 for all.")]
+Offset = Annotated[int, Query(ge=0, le=INT64_MAX, description="Characters (logs) or items (lists) to skip.")]
+
+_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <RAYDOCK_API_TOKEN>`.")
+
+
+def token_matches(token: str | None, expected: str | None) -> bool:
+    """Constant-time token check that refuses (instead of raising on) non-ASCII input."""
+    if not token or not expected or not token.isascii():
+        return False
+    return secrets.compare_digest(token.encode(), expected.encode())
+
+
+def require_token(settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """The API token check, mounted on /v1 only when RAYDOCK_API_TOKEN is set (so the
+    OpenAPI document names the bearer scheme exactly when the server asks for it)."""
+    if credentials is None or not token_matches(credentials.credentials.strip(), settings.api_token):
+        raise Unauthorized("Missing or wrong API token. Send 'Authorization: Bearer <RAYDOCK_API_TOKEN>'.")
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for anything else."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token and token.isascii() else None

@@ -1,0 +1,109 @@
+"""What every request passes before any route runs: the Host check that keeps a
+loopback server without a token out of reach of DNS rebinding, and the request body
+limit, enforced on the declared length and again on the bytes as they arrive, so no
+body is ever read past the limit. Plain ASGI, so it also covers /docs and unknown paths."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import RaydockError
+from service.settings import Settings
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+class RequestTooLarge(HTTPException):
+    """Raised while the body streams in; FastAPI re-raises HTTPExceptions from its body
+    read, so the app's handler answers it in raydock's error format."""
+
+    code = "request_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large(limit).message)
+
+
+def too_large(limit: int) -> RaydockError:
+    return RaydockError(
+        f"The request body is larger than {limit} bytes. Send a smaller body, or raise RAYDOCK_MAX_REQUEST_BYTES on the server.",
+        code="request_too_large",
+        status=413,
+    )
+
+
+def host_name(host_header: str) -> str:
+    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``[::1]``."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def allowed_hosts(settings: Settings) -> frozenset[str] | None:
+    """Names the Host header may carry; None when any is fine (an API token is required,
+    or the server listens beyond loopback, where a token is mandatory anyway)."""
+    if settings.api_token or not settings.is_loopback:
+        return None
+    names = set(LOOPBACK_NAMES) | {host_name(settings.host)}
+    if settings.public_url:  # what the cluster's drivers use to push events here
+        names.add(host_name(urlsplit(settings.public_url).netloc))
+    return frozenset(names)
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int) -> None:
+        self.app, self.hosts, self.limit = app, hosts, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        refusal = self._refusal(headers)
+        if refusal is not None:
+            return await JSONResponse(refusal.to_body(), status_code=refusal.status)(scope, receive, send)
+
+        received, started = 0, False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise RequestTooLarge(self.limit)
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracked_send)
+        except RequestTooLarge:
+            if started:
+                raise
+            err = too_large(self.limit)
+            await JSONResponse(err.to_body(), status_code=413)(scope, receive, send)
+
+    def _refusal(self, headers: Headers) -> RaydockError | None:
+        if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
+            return RaydockError(
+                "This server listens on loopback without an API token and answers only requests for "
+                f"{', '.join(sorted(LOOPBACK_NAMES))} (a guard against DNS rebinding). Use one of those names, "
+                "or set RAYDOCK_API_TOKEN.",
+                code="host_not_allowed",
+                status=400,
+            )
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return RaydockError("Content-Length must be a non-negative integer.", code="invalid_request", status=400)
+            if int(length) > self.limit:
+                return too_large(self.limit)
+        return None

@@ -1,0 +1,34 @@
+"""Routes of a job's checkpoints: the list of those still in storage, and one as a tar.gz."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.schemas import CheckpointPublic
+from service.http.deps import CheckpointId, JobId, Jobs
+from service.http.openapi import errors
+
+router = APIRouter(tags=["checkpoints"])
+
+
+class GzipResponse(Response):
+    media_type = "application/gzip"
+
+
+@router.get(
+    "/jobs/{job_id}/checkpoints", response_model=list[CheckpointPublic], operation_id="list_checkpoints", responses=errors(404, 422)
+)
+def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
+    return jobs.checkpoints(job_id)
+
+
+@router.get(
+    "/jobs/{job_id}/checkpoints/{checkpoint_id}/download",
+    response_class=GzipResponse,
+    operation_id="download_checkpoint",
+    responses={200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}, **errors(404, 422)},
+)
+def download_checkpoint(jobs: Jobs, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
+    """The checkpoint directory as a tar.gz."""
+    filename, data = jobs.checkpoint_archive(job_id, checkpoint_id)
+    return GzipResponse(data, headers={"Content-Disposition": f'attachment; filename="{filename}"'})

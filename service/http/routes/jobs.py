@@ -1,0 +1,80 @@
+"""Routes of the job resource: submit (202 + id; the monitor starts it), list, read,
+cancel, resume and delete. Thin: validate, call the job service, return its public model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Response
+from pydantic import StringConstraints
+
+from api.schemas import MAX_LABELS, JobList, JobPublic, JobSpec, JobStatus
+from service.http.deps import JobId, Jobs, Offset
+from service.http.openapi import errors, job_response
+
+router = APIRouter(tags=["jobs"])
+
+# key=value: a non-empty key, then the value matched as given (no `$`: values may hold anything).
+LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=", max_length=64 + 256)]
+
+
+@router.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobPublic,
+    operation_id="submit_job",
+    responses={
+        202: job_response("The job is recorded and QUEUED; it starts on the cluster as soon as it fits."),
+        200: {"model": JobPublic, **job_response("A submit with this Idempotency-Key was seen before: its job.")},
+        **errors(409, 422, 503),
+    },
+)
+def submit_job(
+    jobs: Jobs,
+    spec: Annotated[JobSpec, Body()],
+    response: Response,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="Retries with the same key return the same job instead of a new one.")
+    ] = None,
+) -> JobPublic:
+    """Record a job and queue it; it starts on the cluster as soon as it fits."""
+    job, created = jobs.submit(spec, idempotency_key)
+    if not created:
+        response.status_code = 200
+    return job
+
+
+@router.get("/jobs", response_model=JobList, operation_id="list_jobs", responses=errors(422))
+def list_jobs(
+    jobs: Jobs,
+    status: JobStatus | None = None,
+    label: Annotated[
+        list[LabelFilter], Query(max_length=MAX_LABELS, description="key=value; repeat to require several")
+    ] = [],  # noqa: B006
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Offset = 0,
+) -> JobList:
+    labels = dict(item.split("=", 1) for item in label)
+    return jobs.list(status=status, labels=labels, limit=limit, offset=offset)
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={200: job_response("The job."), **errors(404, 422)})
+def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
+    return jobs.get(job_id)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422))
+def cancel_job(jobs: Jobs, job_id: JobId) -> JobPublic:
+    return jobs.cancel(job_id)
+
+
+@router.post("/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(404, 409, 422))
+def resume_job(jobs: Jobs, job_id: JobId) -> JobPublic:
+    """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
+    return jobs.resume(job_id)
+
+
+@router.delete("/jobs/{job_id}", status_code=204, operation_id="delete_job", responses=errors(404, 409, 422))
+def delete_job(jobs: Jobs, job_id: JobId) -> Response:
+    jobs.delete(job_id)
+    return Response(status_code=204)

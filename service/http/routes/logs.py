@@ -1,0 +1,39 @@
+"""Route of a job's driver log (every worker's output): the text from an offset, or
+with ``follow=true`` a text stream until the job ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from service.http.deps import JobId, Jobs, Offset
+from service.http.openapi import errors
+
+router = APIRouter(tags=["logs"])
+STREAM_POLL_S = 0.2
+TEXT = "text/plain; charset=utf-8"
+
+
+@router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422))
+def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0) -> Response:
+    """The job's driver log (all workers' output). `follow=true` streams until the job ends."""
+    if not follow:
+        text, _ = jobs.logs(job_id, offset)
+        return PlainTextResponse(text, media_type=TEXT)
+    jobs.get(job_id)  # 404 before the stream opens
+
+    async def chunks() -> AsyncIterator[str]:
+        pos = offset
+        while True:
+            terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
+            text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
+            if text:
+                yield text
+            if terminal:
+                return
+            await asyncio.sleep(STREAM_POLL_S)
+
+    return StreamingResponse(chunks(), media_type=TEXT)
