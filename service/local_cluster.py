@@ -164,7 +164,7 @@ def start_head(
     *,
     num_cpus: int | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = 90.0,
+    timeout: float = 180.0,
     autoscaling_config: dict[str, Any] | None = None,
     extra_args: Sequence[str] = (),
     auth_token_path: Path | None = None,

@@ -182,9 +182,9 @@ def kuberay_doc(kind: str, name: str | None = None) -> dict:
     return matches[0]
 
 
-def example_secret_keys() -> set[str]:
+def example_secret_keys(name: str = "raydock-secrets.env.example") -> set[str]:
     keys = set()
-    for line in (KUBERAY / "raydock-secrets.env.example").read_text().splitlines():
+    for line in (KUBERAY / name).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             keys.add(line.split("=", 1)[0])
@@ -229,6 +229,7 @@ def test_expected_files_exist():
         FAKE_CLUSTER,
         KUBERAY / "kustomization.yaml",
         KUBERAY / "raydock-secrets.env.example",
+        KUBERAY / "ray-auth.env.example",
         DOCKER / "README.md",
     ]
     missing = [str(p.relative_to(ROOT)) for p in expected if not p.is_file()]
@@ -404,17 +405,29 @@ def compose(tmp_path: Path, *args: str, **values: str) -> subprocess.CompletedPr
     return run([*cmd, "-f", str(COMPOSE), "--env-file", str(env_file), *args], env=env, cwd=ROOT)
 
 
+# What compose refuses to start without; none has a default.
+REQUIRED_SECRETS = {"RAYDOCK_API_TOKEN": "test-token", "RAY_AUTH_TOKEN": "test-ray-token", "POSTGRES_PASSWORD": "test-password"}
+
+
 def test_compose_config_is_valid(tmp_path):
-    result = compose(tmp_path, "config", "-q", RAYDOCK_API_TOKEN="test-token")
+    result = compose(tmp_path, "config", "-q", **REQUIRED_SECRETS)
     assert result.returncode == 0, result.stderr
-    with_gpu = compose(tmp_path, "--profile", "gpu", "config", "-q", RAYDOCK_API_TOKEN="test-token")
+    with_gpu = compose(tmp_path, "--profile", "gpu", "config", "-q", **REQUIRED_SECRETS)
     assert with_gpu.returncode == 0, with_gpu.stderr
 
 
 def test_compose_refuses_to_start_without_api_token(tmp_path):
-    result = compose(tmp_path, "config", "-q")
+    result = compose(tmp_path, "config", "-q", **{k: v for k, v in REQUIRED_SECRETS.items() if k != "RAYDOCK_API_TOKEN"})
     assert result.returncode != 0
     assert "RAYDOCK_API_TOKEN" in result.stderr
+
+
+@pytest.mark.parametrize("missing", ["RAY_AUTH_TOKEN", "POSTGRES_PASSWORD"])
+def test_compose_refuses_to_start_without_a_secret(tmp_path, missing):
+    """No default database password and no cluster without Ray token auth."""
+    result = compose(tmp_path, "config", "-q", **{k: v for k, v in REQUIRED_SECRETS.items() if k != missing})
+    assert result.returncode != 0
+    assert missing in result.stderr
 
 
 def test_compose_resolved_config(tmp_path):
@@ -425,8 +438,8 @@ def test_compose_resolved_config(tmp_path):
         "config",
         "--format",
         "json",
-        RAYDOCK_API_TOKEN="test-token",
         RAY_WORKERS="3",
+        **REQUIRED_SECRETS,
     )
     assert result.returncode == 0, result.stderr
     services = json.loads(result.stdout)["services"]
@@ -439,8 +452,13 @@ def test_compose_resolved_config(tmp_path):
         assert ("raydock-shared", SHARED_MOUNT) in mounts, name
         build = services[name]["build"]
         assert Path(build["context"]).resolve() == ROOT, f"{name}: build context is not the repository root"
-    ports = {p["target"]: p for p in services["ray-head"]["ports"]}
-    assert ports[8265]["host_ip"] == "127.0.0.1"
+    # The dashboard (the Jobs API) stays on the compose network: no published port.
+    assert not services["ray-head"].get("ports")
+    for name in ("ray-head", "ray-worker", "ray-worker-gpu", "api"):
+        env = services[name]["environment"]
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == "test-ray-token", name
+    assert "test-password" in api_env["RAYDOCK_DATABASE_URL"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "test-password"
     api_ports = {p["target"]: p for p in services["api"]["ports"]}
     assert api_ports[8000]["host_ip"] == "127.0.0.1"
 
@@ -720,6 +738,23 @@ def test_kustomization_references_existing_files():
     assert generators["raydock-secrets"]["envs"] == ["raydock-secrets.env"]
     assert "raydock-secrets.env" in (KUBERAY / ".gitignore").read_text().split()
     assert example_secret_keys() == {"api-token", "database-url"}
+    # The Ray token has a Secret of its own: the Ray pods read nothing else.
+    assert generators["raydock-ray-auth"]["envs"] == ["ray-auth.env"]
+    assert "ray-auth.env" in (KUBERAY / ".gitignore").read_text().split()
+    assert example_secret_keys("ray-auth.env.example") == {"token"}
+
+
+def test_ray_token_auth_everywhere_on_kubernetes():
+    raycluster = kuberay_doc("RayCluster")
+    api = kuberay_doc("Deployment", "raydock-api")["spec"]["template"]["spec"]["containers"][0]
+    for label, template in [*ray_pod_templates(raycluster), ("api", {"spec": {"containers": [api]}})]:
+        env = container_env(template["spec"]["containers"][0])
+        assert env["RAY_AUTH_MODE"]["value"] == "token", label
+        ref = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("raydock-ray-auth", "token"), label
+        secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})}
+        if label != "api":
+            assert secrets == {"raydock-ray-auth"}, label
 
 
 def test_kubernetes_objects_are_well_formed():
@@ -897,6 +932,7 @@ def test_kustomize_builds(tmp_path):
     work = tmp_path / "kuberay"
     shutil.copytree(KUBERAY, work)
     shutil.copy(work / "raydock-secrets.env.example", work / "raydock-secrets.env")
+    shutil.copy(work / "ray-auth.env.example", work / "ray-auth.env")
     result = run([*cmd, str(work)])
     assert result.returncode == 0, result.stderr
     docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -905,22 +941,27 @@ def test_kustomize_builds(tmp_path):
     for doc in docs:
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "raydock", doc["kind"]
-    secret = next(doc for doc in docs if doc["kind"] == "Secret")
+    secrets = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "Secret"}
+    secret = secrets["raydock-secrets"]
     assert secret["metadata"]["name"] == "raydock-secrets"
     assert set(secret["data"]) == {"api-token", "database-url"}
+    assert set(secrets["raydock-ray-auth"]["data"]) == {"token"}
     raycluster = next(doc for doc in docs if doc["kind"] == "RayCluster")
     # The images transformer reaches into the RayCluster's pod templates too.
     images = {t["spec"]["containers"][0]["image"] for _, t in ray_pod_templates(raycluster)}
     assert images == {"raydock-ray:local", "raydock-ray-cuda:local"}
 
 
-def test_kustomize_build_without_secret_file_fails(tmp_path):
-    """No silent default credentials: without the local secret file there is
+@pytest.mark.parametrize("missing", ["raydock-secrets.env", "ray-auth.env"])
+def test_kustomize_build_without_secret_file_fails(tmp_path, missing):
+    """No silent default credentials: without a local secret file there is
     nothing to apply."""
     cmd = kustomize_command()
     if cmd is None:
         pytest.skip("neither kubectl nor kustomize is installed")
     work = tmp_path / "kuberay"
-    shutil.copytree(KUBERAY, work, ignore=shutil.ignore_patterns("raydock-secrets.env"))
+    shutil.copytree(KUBERAY, work, ignore=shutil.ignore_patterns("raydock-secrets.env", "ray-auth.env"))
+    for name in {"raydock-secrets.env", "ray-auth.env"} - {missing}:
+        shutil.copy(work / f"{name}.example", work / name)
     result = run([*cmd, str(work)])
     assert result.returncode != 0
