@@ -1,0 +1,244 @@
+"""The training fast path on CPU: compile keeps the loss curve, the step never reads the
+device, reports come on their cadence, and the efficiency figures add up.
+
+GPU speed itself is a benchmark (``bench/gpu_parity.py``), not a test.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainers import efficiency, fast_path
+from trainers.gpt import GPTConfig, build_gpt, lm_loss
+from trainers.models import CNN, MLP
+from trainers.text_data import VOCAB_SIZE, batch_at, grammar_dataset
+
+CPU = torch.device("cpu")
+TINY_GPT = GPTConfig(vocab_size=VOCAB_SIZE, n_layer=2, n_head=2, d_model=32, seq_len=16)
+STEPS = 8
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the operators that copy a tensor's value to the host.
+
+    ``aten._local_scalar_dense`` is what ``.item()``, ``float(t)``, ``int(t)`` and
+    ``bool(t)`` dispatch to; on CUDA each is a CPU-GPU sync point. Counting it needs no
+    GPU, so the step's freedom from syncs is checked on every machine.
+    """
+
+    SYNCING = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.SYNCING:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def gpt_batches(steps: int = STEPS):
+    ds = grammar_dataset(seq_len=TINY_GPT.seq_len, n_chars=16 * 1024, seed=0)
+    return [batch_at(ds, i, 8, seed=0) for i in range(steps)]
+
+
+def classifier_batches(steps: int = STEPS, side: int = 8):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(16, side * side, generator=g), torch.randint(0, 4, (16,), generator=g)) for _ in range(steps)]
+
+
+def loss_curve(model, loss_fn, batches, *, compiled: bool) -> list[float]:
+    if compiled:
+        fast_path.compile_model(model)
+        loss_fn = fast_path.compile_loss(loss_fn)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    meter, curve = fast_path.LossMeter(), []
+    for x, y in batches:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        curve.append(loss.detach())
+        meter.add(loss)
+    assert meter.mean() == pytest.approx(torch.stack(curve).mean().item(), rel=1e-6)
+    return [t.item() for t in curve]
+
+
+def classification_loss(logits, y):
+    return torch.nn.functional.cross_entropy(logits.float(), y)
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+@pytest.mark.parametrize("kind", ["gpt", "cnn"])
+def test_compile_on_and_off_train_the_same_loss_curve(kind):
+    if kind == "gpt":
+        model, loss_fn, batches = build_gpt(TINY_GPT, seed=0), lm_loss, gpt_batches()
+    else:
+        torch.manual_seed(0)
+        model = CNN(8, [4, 8], 4)
+        loss_fn, batches = classification_loss, classifier_batches()
+    eager = loss_curve(copy.deepcopy(model), loss_fn, batches, compiled=False)
+    compiled_model = copy.deepcopy(model)
+    compiled = loss_curve(compiled_model, loss_fn, batches, compiled=True)
+    assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
+    assert compiled[-1] < compiled[0]  # it trained
+    # In place: the compiled model keeps the plain model's parameter names (checkpoints).
+    assert list(compiled_model.state_dict()) == list(model.state_dict())
+
+
+def test_compile_setting_resolves_per_device_and_strategy():
+    cuda = torch.device("cuda", 0)
+    assert fast_path.resolve("auto", CPU) == fast_path.FastPath(compile=False, tf32=False, fused_optimizer=False, prefetch=False)
+    auto_gpu = fast_path.resolve("auto", cuda, strategy="fsdp", precision="fp32")
+    assert auto_gpu == fast_path.FastPath(compile=True, tf32=True, fused_optimizer=True, prefetch=True)
+    assert not fast_path.resolve("auto", cuda, strategy="pipeline").compile
+    assert fast_path.resolve("on", cuda, strategy="pipeline").compile
+    assert fast_path.resolve("on", CPU).compile
+    assert not fast_path.resolve("on", cuda, strategy="parameter_server").compile
+    off = fast_path.resolve("off", cuda, precision="fp32")
+    assert not off.compile and not off.tf32  # off is the exact fp32 reference path
+    assert not fast_path.resolve("auto", cuda, precision="bf16").tf32
+    with pytest.raises(ValueError) as err:
+        fast_path.resolve("sometimes", CPU)
+    assert "parallelism.compile" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- no sync in the step
+
+
+def test_loss_meter_step_reads_nothing_from_the_device_and_the_report_reads_once():
+    model, batches = build_gpt(TINY_GPT, seed=0), gpt_batches(4)
+    # The optimizer the fast path builds on a GPU (fused; its CPU kernel exists too).
+    # The unfused one reads its step counters on the host: CPU tensors, no sync on CUDA.
+    on_gpu = fast_path.resolve("auto", torch.device("cuda", 0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fast_path.optimizer_options(on_gpu))
+    meter = fast_path.LossMeter()
+    with HostReads() as reads:
+        for x, y in fast_path.prefetch(batches, CPU):
+            loss = lm_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            meter.add(loss)
+    assert reads.count == 0
+    with HostReads() as reads:
+        mean = meter.mean()
+    assert reads.count == 1 and math.isfinite(mean) and meter.count == 4
+
+
+def test_the_host_read_counter_sees_item():
+    with HostReads() as reads:
+        torch.ones(3).sum().item()
+        bool(torch.ones(1) > 0)
+    assert reads.count == 2  # the counter is able to fail the test above
+
+
+# ----------------------------------------------------------------------------- prefetch
+
+
+def test_prefetch_yields_every_batch_in_order_on_the_device():
+    batches = classifier_batches(5)
+    out = list(fast_path.prefetch(iter(batches), CPU))
+    assert len(out) == 5
+    for (x, y), (px, py) in zip(batches, out):
+        assert torch.equal(x, px) and torch.equal(y, py) and px.device == CPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_prefetch_on_cuda_copies_pinned_batches_and_reraises_errors():
+    batches = classifier_batches(6)
+    out = list(fast_path.prefetch(iter(batches), torch.device("cuda")))
+    assert [torch.equal(x.cpu(), b[0]) for (x, _), b in zip(out, batches)] == [True] * 6
+
+    def broken():
+        yield batches[0]
+        raise RuntimeError("bad shard")
+
+    it = fast_path.prefetch(broken(), torch.device("cuda"))
+    next(it)
+    with pytest.raises(RuntimeError) as err:
+        next(it)
+    assert "bad shard" in str(err.value)
+
+
+# ----------------------------------------------------------------------------- report cadence
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_report_clock_is_due_by_steps_and_by_time():
+    clock = FakeClock()
+    by_steps = fast_path.ReportClock(None, 5, clock=clock)
+    assert [s for s in range(1, 21) if by_steps.due(s)] == [5, 10, 15, 20]
+
+    by_time = fast_path.ReportClock(10.0, None, clock=clock)
+    due = []
+    for step in range(1, 31):
+        clock.now += 1.5  # 1.5 s per step
+        if by_time.due(step):
+            due.append(step)
+            by_time.reset()
+    assert due == [7, 14, 21, 28]  # the first step at or after each 10 s
+
+    both = fast_path.ReportClock(100.0, 4, clock=clock)
+    assert [s for s in range(1, 9) if both.due(s)] == [4, 8]
+
+
+# ----------------------------------------------------------------------------- efficiency
+
+
+def test_gpt_flops_per_token_follow_6n_plus_attention():
+    cfg = GPTConfig(vocab_size=VOCAB_SIZE, n_layer=12, n_head=12, d_model=768, seq_len=1024)
+    model = build_gpt(cfg, seed=0)
+    embeddings = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
+    n = efficiency.gpt_matmul_parameters(n_layer=12, d_model=768, vocab_size=VOCAB_SIZE)
+    assert n == model.num_parameters() - embeddings  # every parameter but the lookup tables
+    fpt = efficiency.gpt_flops_per_token(n_layer=12, d_model=768, seq_len=1024, vocab_size=VOCAB_SIZE)
+    assert fpt == 6 * n + 12 * 12 * 768 * 1024
+    assert 6.0e8 < fpt < 6.5e8  # ~85M matmul parameters: ~0.51 GFLOP, plus attention's 0.11
+
+
+def test_flops_per_sample_counts_the_forward_three_times():
+    mlp = MLP(64, [32], 4)
+    # Two matrix products per sample: 64x32 and 32x4, 2 FLOPs per multiply-add.
+    assert efficiency.flops_per_sample(mlp, torch.randn(8, 64)) == 3 * 2 * (64 * 32 + 32 * 4)
+
+
+def test_efficiency_metrics_on_cpu_give_flops_but_no_mfu_or_gpu_memory():
+    metrics = efficiency.efficiency_metrics(
+        unit="token", items_per_s=1000.0, flops_per_item=6000, device=CPU, precision="fp32", n_devices=2
+    )
+    assert metrics == {"flops_per_token": 6000}
+    assert efficiency.device_peak_flops(CPU, "bf16") is None
+
+
+def test_mfu_is_achieved_over_peak_of_every_device():
+    # 585,552 tokens/s of the 86M GPT on one H100 (issue 14): ~0.35-0.37 of 989 TFLOP/s.
+    fpt = efficiency.gpt_flops_per_token(n_layer=12, d_model=768, seq_len=1024, vocab_size=VOCAB_SIZE)
+    mfu = efficiency.model_flops_utilisation(585_552, fpt, 989e12, 1)
+    assert 0.33 < mfu < 0.37
+    assert efficiency.model_flops_utilisation(585_552, fpt, 989e12, 2) == pytest.approx(mfu / 2)
+    assert efficiency.model_flops_utilisation(1.0, fpt, None, 1) is None
+
+
+def test_peak_table_matches_the_most_specific_name_first():
+    names = {pattern for pattern, _ in efficiency.PEAK_TFLOPS}
+    assert {"H100", "H100 PCIe", "H200", "A100", "A10", "L4", "L40S"} <= names
+    order = [p for p, _ in efficiency.PEAK_TFLOPS]
+    for i, pattern in enumerate(order):
+        # No pattern may be shadowed by a shorter one listed before it.
+        assert not any(earlier in pattern for earlier in order[:i]), pattern
