@@ -6,7 +6,9 @@ process are killed at random; at the end, count what became of every submission.
 Every submission carries an Idempotency-Key and is retried until the server answers
 (the API may be down at that moment). Jobs checkpoint every few steps and allow
 retries, so a killed worker costs a retry from the last checkpoint. Prints one
-`name N` pair per line: submitted, succeeded, failed (with causes), lost, duplicated.
+`name N` pair per line: submitted, succeeded, failed (with causes), lost, duplicated,
+and `extra_ray_jobs`: Ray jobs beyond one per counted attempt (a driver run twice, or
+one left running untracked), read from the cluster itself.
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ def train_worker_pids(head_pid: int) -> list[int]:
     return pids
 
 
+def ray_jobs_by_job(head) -> Counter:
+    """Ray jobs per raydock job, from the metadata the server gives each submit."""
+    from ray.job_submission import JobSubmissionClient
+
+    jobs = JobSubmissionClient(head.dashboard_url, headers=head.headers).list_jobs()
+    return Counter((j.metadata or {}).get("raydock_job") for j in jobs if (j.metadata or {}).get("raydock_job"))
+
+
 def chaos(server: ServerProcess, head_pid: int, api_kills: int, worker_kills: int, stop: threading.Event, rng: random.Random, log: list[str]) -> None:
     actions = ["api"] * api_kills + ["worker"] * worker_kills
     rng.shuffle(actions)
@@ -119,6 +129,7 @@ def main() -> int:
                 except httpx.HTTPError:
                     pass
                 time.sleep(2)
+            ray_jobs = ray_jobs_by_job(head)
         finally:
             stop.set()
             chaos_thread.join()
@@ -138,7 +149,9 @@ def main() -> int:
     print(f"lost {lost}")
     print(f"duplicated {sum(n - 1 for n in names.values() if n > 1)}")
     print(f"restarts {sum(len(j['restarts']) for j in jobs)}")
-    return 0 if lost == 0 and all(n == 1 for n in names.values()) else 1
+    extra = sum(max(0, ray_jobs.get(j["id"], 0) - j["attempt"]) for j in jobs)
+    print(f"extra_ray_jobs {extra}")
+    return 0 if lost == 0 and extra == 0 and all(n == 1 for n in names.values()) else 1
 
 
 if __name__ == "__main__":
