@@ -16,22 +16,21 @@ Each piece removes a cost a plain eager loop pays on a GPU:
   copied with ``non_blocking=True``. A copy from pageable memory blocks the host until
   the GPU has caught up, which would be a sync per step;
 - :func:`allow_tf32`: TF32 tensor cores for fp32 matrix products (about 10 bits of
-  mantissa in the products, fp32 accumulation), the PyTorch Lightning / timm default;
-- :class:`ReportClock`: when a report is due, by time or by steps, so charts fill
-  while a long epoch runs.
+  mantissa in the products, fp32 accumulation), the PyTorch Lightning / timm default.
 
-Nothing here is on by default on CPU except the report clock: compile is ``auto`` ->
-off there (compile time dwarfs the gain on small CPU jobs), and the rest are CUDA
-mechanisms.
+Nothing here is on by default on CPU: compile is ``auto`` -> off there (compile time
+dwarfs the gain on small CPU jobs), and the rest are CUDA mechanisms. The report
+cadence (by time and steps) is ``trainers.skeleton``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -42,6 +41,8 @@ from torch import nn
 # parameter server's workers stay eager (their step is remote calls, not kernels).
 AUTO_COMPILE_STRATEGIES = frozenset({"ddp", "fsdp"})
 NEVER_COMPILE_STRATEGIES = frozenset({"parameter_server"})
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,23 @@ def compile_loss(loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     return torch.compile(loss_fn)
 
 
+def accelerate(pm, fast: FastPath):
+    """Compile a placed model (a ``trainers.parallel.ParallelModel``) and its loss, in place.
+
+    Under ddp the DDP wrapper itself is compiled: dynamo then cuts the graph at DDP's
+    bucket boundaries, so gradient all-reduces still overlap the backward pass. Other
+    strategies compile the model's blocks inside their shards or stages.
+    """
+    if not fast.compile:
+        return pm
+    if pm.strategy == "ddp":
+        pm.module.compile()
+    else:
+        compile_model(pm.module)
+    pm.loss_fn = compile_loss(pm.loss_fn)
+    return pm
+
+
 class LossMeter:
     """Training losses of one report window, summed where they were computed.
 
@@ -142,64 +160,26 @@ class LossMeter:
         return value.item()  # a CPU-GPU sync point, once per report
 
 
-class ReportClock:
-    """Whether a report is due: every ``every_s`` seconds and/or every ``every_n_steps`` steps.
-
-    A report is a barrier every rank must reach at the same step, and clocks differ
-    between workers, so with a ``group`` rank 0's decision is broadcast to the others.
-    Build the group with :func:`cpu_group`: a gloo broadcast of one CPU integer costs
-    tens of microseconds and, unlike one over NCCL, never waits for the GPU.
-    """
-
-    def __init__(
-        self,
-        every_s: float | None,
-        every_n_steps: int | None,
-        *,
-        group: dist.ProcessGroup | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.every_s, self.every_n_steps, self.clock = every_s, every_n_steps, clock
-        self.group = group
-        self.shared = group is not None and dist.get_world_size(group) > 1
-        self.last_time = clock()
-
-    def due(self, step: int) -> bool:
-        if self.every_n_steps and step % self.every_n_steps == 0:
-            return True  # every rank counts the same steps: no need to agree
-        if not self.every_s:
-            return False
-        late = self.clock() - self.last_time >= self.every_s
-        if not self.shared:
-            return late
-        flag = torch.tensor([int(late)])
-        dist.broadcast(flag, group=self.group, group_src=0)
-        return bool(flag[0])
-
-    def reset(self) -> None:
-        """Start a new window (after a report, whatever made it due)."""
-        self.last_time = self.clock()
+def _map_tensors(item, fn):
+    """``item`` (a tensor, a tuple of them, or a dataclass such as a skeleton ``Step``)
+    with ``fn`` applied to each of its tensors."""
+    if isinstance(item, torch.Tensor):
+        return fn(item)
+    if isinstance(item, tuple):
+        return tuple(_map_tensors(t, fn) for t in item)
+    if dataclasses.is_dataclass(item):
+        changes = {f.name: fn(v) for f in dataclasses.fields(item) if isinstance(v := getattr(item, f.name), torch.Tensor)}
+        return dataclasses.replace(item, **changes)
+    return item
 
 
-def cpu_group() -> dist.ProcessGroup | None:
-    """A gloo group of all ranks for small host-side agreements; ``None`` when alone.
-
-    A collective on first use (every rank must call it). On a gloo job the default
-    group is already one.
-    """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return None
-    if dist.get_backend() == "gloo":
-        return dist.group.WORLD
-    return dist.new_group(backend="gloo")
+def _pin(t: torch.Tensor) -> torch.Tensor:
+    return t.pin_memory() if t.device.type == "cpu" else t
 
 
-def _pinned(batch):
-    return tuple(t.pin_memory() if t.device.type == "cpu" else t for t in batch)
-
-
-def prefetch(batches: Iterable[tuple[torch.Tensor, ...]], device: torch.device, depth: int = 2) -> Iterator[tuple[torch.Tensor, ...]]:
-    """Yield ``batches`` on ``device``, prepared ``depth`` ahead.
+def prefetch(batches: Iterable[T], device: torch.device, depth: int = 2) -> Iterator[T]:
+    """Yield ``batches`` (tensors, tuples of them, or dataclasses holding them) on
+    ``device``, prepared ``depth`` ahead.
 
     On CUDA a daemon thread builds and pins the next batches while the GPU trains on
     the current one; each is copied with ``non_blocking=True`` on the current stream,
@@ -208,7 +188,7 @@ def prefetch(batches: Iterable[tuple[torch.Tensor, ...]], device: torch.device, 
     """
     if device.type != "cuda":
         for batch in batches:
-            yield tuple(t.to(device) for t in batch)
+            yield _map_tensors(batch, lambda t: t.to(device))
         return
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -217,7 +197,7 @@ def prefetch(batches: Iterable[tuple[torch.Tensor, ...]], device: torch.device, 
     def produce() -> None:
         try:
             for batch in batches:
-                item = _pinned(batch)
+                item = _map_tensors(batch, _pin)
                 while not stop.is_set():
                     try:
                         q.put(item, timeout=0.1)
@@ -236,6 +216,6 @@ def prefetch(batches: Iterable[tuple[torch.Tensor, ...]], device: torch.device, 
         while (item := q.get()) is not done:
             if isinstance(item, BaseException):
                 raise item
-            yield tuple(t.to(device, non_blocking=True) for t in item)
+            yield _map_tensors(item, lambda t: t.to(device, non_blocking=True))
     finally:
         stop.set()
