@@ -83,7 +83,8 @@ def test_forged_checkpoint_paths_are_neither_listed_nor_downloadable(client: Cli
         "s3://bucket/anything",
     ]
     lines = [json.dumps({"type": "checkpoint", "seq": i, "path": p, "metrics": {}}) for i, p in enumerate(forged)]
-    job = client.submit(hostile(lines, steps=2))
+    # A spec far over the environment's size limit reaches the driver (in its launch file).
+    job = client.submit(hostile(lines, steps=2, blob="x" * 200_000))
     job.wait(timeout=180)
     assert job.status.value == "SUCCEEDED", job.info.error
     # Every forged line the job's log holds is dropped (Ray may write a worker's line twice).
@@ -218,8 +219,15 @@ def test_cluster_lost_and_back_then_resume_runs_one_driver(ray_head, tmp_path):
             assert "unreachable" in job.info.status_reason
             assert active(ray_jobs_of(ray_head.dashboard_url, job.id))  # it trains on, untracked for now
 
+            # Submitted while Ray does not answer, so unchecked at submit: it must not block the queue.
+            huge = c.submit({**user_spec("userpkg.steps:train", name="huge"), "scaling": {"num_workers": 64}})
+            assert huge.status.value == "QUEUED"
+
             proxy.restore()
             wait_for(lambda: not active(ray_jobs_of(ray_head.dashboard_url, job.id)), 90, "the orphaned Ray job stopped")
+            wait_for(lambda: huge.refresh().status.value == "FAILED", 60, "the job that can never fit to fail")
+            assert huge.info.failure_cause.value == "NO_RESOURCES"
+            assert "64 workers" in huge.info.error
 
             job.resume()
             wait_for(lambda: [p for p in job.metrics() if p.attempt == 2], 180, "the second attempt reporting")
