@@ -34,6 +34,7 @@ log = logging.getLogger("raydock.monitor")
 LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
+LOG_EVERY_S = 1.0
 
 
 class Monitor:
@@ -49,6 +50,7 @@ class Monitor:
         self._unreachable_since: float | None = None
         self._reconciled_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
+        self._log_read_at: dict[str, float] = {}
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
@@ -86,6 +88,8 @@ class Monitor:
                 self._follow_failed(job_id, exc)
             else:
                 self._follow_failures.pop(job_id, None)
+        for gone in set(self._log_read_at) - set(active):
+            del self._log_read_at[gone]
         was_unreachable, self._unreachable_since = self._unreachable_since is not None, None
         try:
             if was_unreachable or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
@@ -205,9 +209,15 @@ class Monitor:
                     reason="the Ray cluster has no record of this job (the cluster was restarted or replaced)",
                 )  # fmt: skip
             return
-        full_log = self.backend.logs(submission_id)
-        self.service.events.log(job_id, full_log)
         target = lifecycle.from_ray(state.status, current)
+        # Ray's Jobs API serves a job's whole log at once: read it at most every
+        # LOG_EVERY_S while the job runs (the push channel is the fast one), and always
+        # once it ended, so its last lines are stored before its end is.
+        now, full_log = time.monotonic(), ""
+        if target.is_terminal() or now - self._log_read_at.get(job_id, float("-inf")) >= LOG_EVERY_S:
+            full_log = self.backend.logs(submission_id)
+            self.service.events.log(job_id, full_log)
+            self._log_read_at[job_id] = now
         if current == JobStatus.CANCELLING and not target.is_terminal():
             self.backend.stop(submission_id)  # a stop lost to a restart is asked again
             return
