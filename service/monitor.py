@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
-from api.schemas import FailureCause, JobStatus, parse_job_spec
+from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import admission, lifecycle
 from service.attempts import ACTIVE, Attempts
 from service.jobs import JobService
@@ -140,18 +140,22 @@ class Monitor:
         or missed its deadline, say why the rest wait."""
         with self.sessions() as s:
             queued = s.scalars(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value)).all()
-            held = [parse_job_spec(j.spec) for j in s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE)))]
+            active = s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE))).all()
         # A job whose submit is under way (or was cut short: its submission id is fixed)
         # holds its resources already and is submitted again with the same id.
         in_flight = [j for j in queued if j.submission_id is not None]
-        held += [parse_job_spec(j.spec) for j in in_flight]
+        specs = {j.id: _spec(j) for j in [*queued, *active]}
+        held = [specs[j.id] for j in [*active, *in_flight] if specs[j.id] is not None]
         for job in in_flight:
             self._dispatch(job.id)
+        unreadable = [j.id for j in queued if j.submission_id is None and specs[j.id] is None]
         waiting = [
-            admission.Queued(j.id, parse_job_spec(j.spec), j.priority, aware(j.queued_at) if j.queued_at else None)
+            admission.Queued(j.id, specs[j.id], j.priority, aware(j.queued_at) if j.queued_at else None)
             for j in queued
-            if j.submission_id is None
+            if j.submission_id is None and specs[j.id] is not None
         ]
+        if unreadable:
+            self._fail_unreadable(unreadable)
         if not waiting:
             return
         reasons = {j.id: j.status_reason for j in queued}
@@ -171,6 +175,15 @@ class Monitor:
                     job.status_reason = reason
         for job_id in plan.start:
             self._dispatch(job_id)
+
+    def _fail_unreadable(self, job_ids: list[str]) -> None:
+        # A record this server cannot read (e.g. stored by another version) fails alone;
+        # the rest of the queue goes on.
+        with self.sessions.begin() as s:
+            for job_id in job_ids:
+                job = s.get(JobRow, job_id)
+                if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
+                    lifecycle.fail(s, job, FailureCause.INFRASTRUCTURE, reason="the stored job spec no longer validates")
 
     def _dispatch(self, job_id: str) -> None:
         with self._submit_lock:
@@ -245,3 +258,11 @@ class Monitor:
             timeout = {"failure_cause": FailureCause.TIMEOUT.value, "error": error}  # written with the move, or not at all
             lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s", also=timeout)
         return True
+
+
+def _spec(job: JobRow) -> JobSpec | None:
+    try:
+        return parse_job_spec(job.spec)
+    except ValueError:  # pydantic's ValidationError included
+        log.warning("job %s: its stored spec no longer validates", job.id)
+        return None

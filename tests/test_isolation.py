@@ -107,6 +107,24 @@ def test_forged_checkpoint_paths_are_neither_listed_nor_downloadable(client: Cli
     assert r.status_code == 404, r.text
 
 
+def test_a_job_the_monitor_cannot_follow_fails_alone(client: Client, server, ray_head):
+    bad = client.submit(hostile([], steps=10_000, sleep_s=0.5))
+    wait_for(lambda: bad.metrics(), 180, "first report")
+    # Its record turns unreadable to this server (as one written by another version may).
+    engine = create_engine(f"sqlite:///{Path(server.data_dir).resolve() / 'raydock.db'}")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET spec = :s WHERE id = :j"), {"s": json.dumps({"kind": "nonsense"}), "j": bad.id})
+    engine.dispose()
+
+    good = client.submit({**user_spec("userpkg.steps:train", name="good", config={"steps": 2}), "scaling": ONE})
+    good.wait(timeout=180)
+    assert good.status.value == "SUCCEEDED", good.info.error
+    wait_for(lambda: bad.refresh().status.value == "FAILED", 60, "the unfollowable job to fail")
+    assert bad.info.failure_cause.value == "INFRASTRUCTURE"
+    assert "could not follow" in bad.info.status_reason
+    wait_for(lambda: not active(ray_jobs_of(ray_head.dashboard_url, bad.id)), 60, "its Ray job stopped")
+
+
 @pytest.fixture(scope="module")
 def faulty_server(ray_head, tmp_path_factory):
     # Every submit waits 4 s after Ray accepted it, then fails once per job before the
