@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -89,6 +90,19 @@ def test_max_runtime_fails_with_timeout(client: Client):
     assert job.status.value == "FAILED"
     assert job.info.failure_cause.value == "TIMEOUT"
     assert "max_runtime_s=3" in job.info.error
+    wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 60, "CPUs released")
+
+    # max_runtime_s counts per attempt: a resumed job gets its own 3 s, not none.
+    job.resume()
+    wait_for(lambda: job.refresh().status.value == "RUNNING", 120, "the second attempt running")
+    seen = set()
+    deadline = time.monotonic() + 1.5  # well inside its own 3 s; the first attempt's are long spent
+    while time.monotonic() < deadline:
+        seen.add(job.refresh().status.value)
+        time.sleep(0.1)
+    assert seen == {"RUNNING"}
+    job.wait(timeout=120)
+    assert job.status.value == "FAILED" and job.info.failure_cause.value == "TIMEOUT" and job.info.attempt == 2
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 60, "CPUs released")
 
 
