@@ -3,7 +3,7 @@
 An attempt is started in three steps, each safe to repeat after any crash or network
 failure:
 
-1. ``prepare``: the Ray submission id (``raydock-<job>-<attempt>``) is fixed and stored
+1. ``prepare``: the Ray submission id (``raydock-<job>-<attempt>-<nonce>``) is fixed and stored
    with the hash of a fresh events token, while the job stays QUEUED. The token and the
    spec go into a launch file under the job's own storage prefix (0600); the driver is
    given only its URI, so neither sits in Ray's job list nor in the size-limited env.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -46,7 +47,9 @@ FAULTS_ENV = "RAYDOCK_TEST_FAULTS"
 
 
 def submission_id(job_id: str, attempt: int) -> str:
-    return f"raydock-{job_id}-{attempt}"
+    # Unique per preparation: an attempt number given back (a cancel during its submit)
+    # must never make Ray recognise the stopped job as the new one.
+    return f"raydock-{job_id}-{attempt}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class Attempts:
                     job.submission_id = None
             return
         self._inject_faults(job_id)
-        self.confirm(job_id, prepared.submission_id)
+        self.confirm(job_id, prepared.submission_id, prepared.attempt)
 
     def _inject_faults(self, job_id: str) -> None:
         if self._delay_after_submit:
@@ -160,9 +163,8 @@ class Attempts:
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once (service/elastic.py)
         }
 
-    def confirm(self, job_id: str, sid: str) -> None:
+    def confirm(self, job_id: str, sid: str, attempt: int) -> None:
         """Ray has the attempt: count it. A job cancelled meanwhile gets its Ray job stopped."""
-        attempt = int(sid.rsplit("-", 1)[1])
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
             if job is None:

@@ -209,7 +209,8 @@ class JobService:
                 if status == JobStatus.QUEUED:
                     # A submit in flight (submission_id set) finds the job CANCELLED and
                     # stops what Ray accepted; reconciliation catches it if that fails.
-                    if lifecycle.transition(s, job, JobStatus.CANCELLED, reason="cancelled before it started"):
+                    gone = {"submission_id": None}  # the submit's confirm then finds it gone
+                    if lifecycle.transition(s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone):
                         break
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
                     break
@@ -234,9 +235,10 @@ class JobService:
                 )
             has_checkpoint = count(s, CheckpointRow, CheckpointRow.job_id == job_id)
             reason = "resumed from its last checkpoint" if has_checkpoint else "resumed (no checkpoint yet: starts from scratch)"
-            if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason):
+            # The ended attempt's driver can no longer push; the next attempt gets a new token.
+            fresh = {"events_token_hash": None, "submission_id": None}
+            if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason, also=fresh):
                 raise Conflict(f"Job {job_id} changed while it was being resumed; try again.", code="job_not_resumable")
-            job.events_token_hash = None  # the ended attempt's driver can no longer push
         self.on_submit()
         return self.get(job_id)
 
