@@ -21,7 +21,6 @@ from api.schemas import parse_event
 from service.local_cluster import start_head
 from service.ray_backend import RayBackend
 from tests.servers import ServerProcess
-from trainers.events import parse_line
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
 
@@ -42,7 +41,8 @@ def one_job(http: httpx.Client, backend: RayBackend) -> dict[str, float]:
     info = backend.jobs.get_job_info(job["ray_job_id"])
     marks["ray job start"] = info.start_time / 1000 - t0
     marks["ray job end"] = info.end_time / 1000 - t0
-    events = [parse_event(e) for line in http.get(f"/v1/jobs/{job_id}/logs").text.splitlines() if (e := parse_line(line))]
+    lines = http.get(f"/v1/jobs/{job_id}/logs").text.splitlines()
+    events = [parse_event(json.loads(line.split("RAYDOCK_EVENT ", 1)[1])) for line in lines if "RAYDOCK_EVENT {" in line]
     for e in events:
         key = {"started": "driver started", "result": "driver result"}.get(e.type)
         if key:

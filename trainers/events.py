@@ -12,9 +12,7 @@ event once. The events themselves are the typed models of ``api.schemas``.
 
 from __future__ import annotations
 
-import json
 import queue
-import re
 import sys
 import threading
 import time
@@ -25,21 +23,6 @@ from pydantic import ValidationError
 
 from api.schemas import Event, MetricEvent, event_line, jsonable
 from trainers.launch import read_launch
-
-MARKER = "RAYDOCK_EVENT "
-_EVENT_RE = re.compile(r"RAYDOCK_EVENT (\{.*\})\s*$")
-
-
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The raw event on one log line, if there is one (validate it with ``parse_event``)."""
-    m = _EVENT_RE.search(line)
-    if not m:
-        return None
-    try:
-        event = json.loads(m.group(1))
-    except json.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) and "type" in event else None
 
 
 def sendable_metrics(values: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +99,7 @@ def emit(event: Event) -> None:
         with _pusher_lock:
             if _pusher is None:
                 _pusher = _Pusher(launch.events_url, launch.events_token)
-        _pusher.q.put(line[len(MARKER) :].encode())
+        _pusher.q.put(line[line.index("{") :].encode())  # the JSON after the marker
 
 
 def flush() -> None:
