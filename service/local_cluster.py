@@ -52,7 +52,7 @@ class LocalHead:
     pid: int
     gcs_address: str
     dashboard_url: str
-    temp_dir: str
+    temp_dir: str  # private (0700); Ray's own temp dir is inside it
     log_path: str
     auth_token_path: str | None = None  # None: the head runs without token auth (or with Ray's own settings)
 
@@ -181,11 +181,13 @@ def start_head(
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if auth_token_path is not None:
         ensure_token(auth_token_path)
-    # Unix socket paths are limited to ~107 bytes: keep Ray's temp dir short. Job logs
-    # land there: this user only.
+    # Unix socket paths are limited to ~107 bytes: keep Ray's temp dir short. Ray makes
+    # its temp dir world-writable; job logs and uploaded code land there, so it goes
+    # inside a directory of this user only.
     digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:8]
     temp_dir = f"/tmp/raydock-{digest}-{os.getpid()}"
     os.makedirs(temp_dir, mode=0o700, exist_ok=True)
+    os.chmod(temp_dir, 0o700)
     gcs, dash, client, agent_http, agent_grpc, node_mgr, obj_mgr, metrics, rt_env = free_ports(9)
     ray_bin = str(Path(sys.executable).with_name("ray"))
     cmd = [
@@ -194,7 +196,7 @@ def start_head(
         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent_http}",
         f"--dashboard-agent-grpc-port={agent_grpc}", f"--node-manager-port={node_mgr}",
         f"--object-manager-port={obj_mgr}", f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={rt_env}",
-        f"--temp-dir={temp_dir}",
+        f"--temp-dir={temp_dir}/r",
     ]  # fmt: skip
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")

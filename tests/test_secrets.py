@@ -121,7 +121,10 @@ def test_ray_token_made_by_the_server_and_required(own_head_server):
 
 
 def test_data_dir_and_database_are_private(own_head_server):
-    server, _, _ = own_head_server
+    server, head, _ = own_head_server
     assert stat.S_IMODE(server.data_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE((server.data_dir / "raydock.db").stat().st_mode) == 0o600
     assert stat.S_IMODE((server.data_dir / "ray").stat().st_mode) == 0o700
+    # Ray makes its own temp dir (job logs, uploaded code) world-writable; the directory around it is not.
+    assert stat.S_IMODE(Path(head.temp_dir).stat().st_mode) == 0o700
+    assert any(Path(head.temp_dir).glob("*/session_*"))
