@@ -2,11 +2,14 @@
 
     .venv/bin/python -m bench.overhead            # BENCH_STEPS=400 by default
 
-Runs one 2-worker DDP workload (bench/workload.py) three ways on this machine:
+Runs one 2-worker DDP workload (bench/workload.py) on this machine as:
 (a) vanilla torch DDP (2 processes, gloo), (b) a raw ``TorchTrainer.fit`` on a Ray
-cluster, (c) a raydock job submitted over REST to a server on the same cluster. Prints
-walls, steady-state step times, their ratios, and POST -> first metric latency on a
-warm cluster (a job has run before).
+cluster, (c) a raydock job submitted over REST to a server on the same cluster, with
+the model wrapped by Ray's ``prepare_model``, (d) the same with workers reniced to 0,
+(e) the same job with the model placed by ``trainers.parallel.parallelize`` and stepped
+by ``ParallelModel.local_step``, as raydock's built-in loops do. Prints walls,
+steady-state step times, their ratios, and POST -> first metric latency on a warm
+cluster (a job has run before).
 """
 
 from __future__ import annotations
@@ -95,10 +98,11 @@ def main() -> int:
             b = raw_trainer(head.gcs_address, str(Path(tmp) / "storage"))
             c = raydock_job(server.url)
             d = raydock_job(server.url, renice=True)
+            e = raydock_job(server.url, placement="parallelize")
         finally:
             server.stop()
             head.stop()
-    rows = [("(a) vanilla torch DDP", a), ("(b) raw TorchTrainer.fit", b), ("(c) raydock REST job", c), ("(d) (c) + workers at nice 0", d)]
+    rows = [("(a) vanilla torch DDP", a), ("(b) raw TorchTrainer.fit", b), ("(c) raydock REST job", c), ("(d) (c) + workers at nice 0", d), ("(e) (c) via parallelize", e)]
     print(f"\n{'variant':28} {'wall s':>8} {'steady step ms':>15} {'nice':>5} {'threads':>8}")
     for name, r in rows:
         print(f"{name:28} {r['wall_s']:8.2f} {1000 * (r.get('steady_step_s') or float('nan')):15.3f} {r.get('nice')!s:>5} {r.get('threads')!s:>8}")
@@ -107,6 +111,8 @@ def main() -> int:
     print(f"steady step (c)/(a)           {c['steady_step_s'] / a['steady_step_s']:.3f}   (target <= 1.05)")
     print(f"steady step (b)/(a)           {b['steady_step_s'] / a['steady_step_s']:.3f}")
     print(f"steady step (d)/(a)           {d['steady_step_s'] / a['steady_step_s']:.3f}")
+    print(f"steady step (e)/(a)           {e['steady_step_s'] / a['steady_step_s']:.3f}")
+    print(f"steady step (e)/(c)           {e['steady_step_s'] / c['steady_step_s']:.3f}   (parallelize vs prepare_model)")
     print(f"POST -> first metric          {c['first_metric_s']:.2f} s (target <= 5 s, warm cluster)")
     return 0
 

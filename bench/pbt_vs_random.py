@@ -46,7 +46,7 @@ from ray import tune  # noqa: E402
 from api.schemas import TuneSpec
 from service.local_cluster import start_head
 from trainers.data import batches, load_arrays
-from trainers.loop import build_optimizer, set_hyperparameters, train_step
+from trainers.skeleton import build_optimizer, set_hyperparameters
 from trainers.models import build_model
 from tuning.population import Alignment, Population
 from tuning.search import aligned, param_space, scheduler, searcher
@@ -83,7 +83,7 @@ def spec_for(algorithm: str, seed: int) -> TuneSpec:
 
 
 def train_in_process(config: dict, *, spec: dict, population=None) -> None:
-    """One trial: the built-in model, optimizer and step of trainers.loop, in this process."""
+    """One trial: the built-in model and optimizer of trainers.skeleton, trained in this process."""
     search = TuneSpec.model_validate(spec)
     trial = search.trial_spec(config)
     torch.set_num_threads(1)
@@ -105,7 +105,9 @@ def train_in_process(config: dict, *, spec: dict, population=None) -> None:
     while epoch < EPOCHS:
         g = torch.Generator().manual_seed(trial.seed * 100_003 + epoch)
         for x, y in batches(data.x_train, data.y_train, trial.batch_size, g):
-            train_step(model, opt, x, y)
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
         epoch += 1
         with torch.no_grad():
             acc = (model(data.x_val).argmax(1) == data.y_val).float().mean().item()

@@ -13,6 +13,7 @@ from torch import nn
 STEPS = int(os.environ.get("BENCH_STEPS", "400"))
 REPORT_EVERY = 50
 WARMUP = 20
+LR = 0.01
 
 
 def build(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -23,19 +24,45 @@ def build(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return model, x, y
 
 
-def run_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, report=None) -> list[float]:
-    """Train STEPS steps; returns each step's seconds. ``report(step, mean_s)`` every REPORT_EVERY."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def run_steps(step, report=None) -> list[float]:
+    """Call ``step()`` STEPS times; returns each step's seconds. ``report(step, mean_s)`` every REPORT_EVERY."""
     times: list[float] = []
-    for step in range(1, STEPS + 1):
+    for i in range(1, STEPS + 1):
         t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        if report is not None and i % REPORT_EVERY == 0:
+            report(i, sum(times[-REPORT_EVERY:]) / REPORT_EVERY)
+    return times
+
+
+def plain_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """One SGD step of ``model`` (plain, or wrapped in DDP) on the fixed batch."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+
+    def step() -> None:
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-        times.append(time.perf_counter() - t0)
-        if report is not None and step % REPORT_EVERY == 0:
-            report(step, sum(times[-REPORT_EVERY:]) / REPORT_EVERY)
-    return times
+
+    return step
+
+
+def parallelized_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """The same step as the built-in loops take it: ``parallelize`` with the default
+    parallelism (DDP over the data axis) and ``ParallelModel.local_step``."""
+    from api.schemas import ParallelismSpec
+    from trainers.parallel import build_mesh, parallelize
+
+    spec = ParallelismSpec()
+    pm = parallelize(
+        model,
+        build_mesh(spec),
+        spec,
+        optimizer_factory=lambda params: torch.optim.SGD(params, lr=LR),
+        loss_fn=nn.functional.cross_entropy,
+    )
+    return lambda: pm.local_step(x, y)
 
 
 def steady(times: list[float]) -> float:
@@ -45,7 +72,10 @@ def steady(times: list[float]) -> float:
 
 
 def ray_train_loop(config: dict) -> None:
-    """The loop as a Ray Train per-worker function (used by the raw TorchTrainer and the raydock job)."""
+    """The loop as a Ray Train per-worker function (used by the raw TorchTrainer and the raydock job).
+
+    ``config["placement"]``: ``prepare_model`` (Ray's DDP wrapper, the default) or
+    ``parallelize`` (raydock's, as the built-in loops use it)."""
     import ray.train
     import ray.train.torch
 
@@ -54,8 +84,11 @@ def ray_train_loop(config: dict) -> None:
     if config.get("renice"):
         _renice()
     model, x, y = build()
-    model = ray.train.torch.prepare_model(model)
-    times = run_steps(model, x, y, report=lambda step, mean_s: ray.train.report({"step": step, "step_s": mean_s}))
+    if config.get("placement", "prepare_model") == "parallelize":
+        step = parallelized_step(model, x, y)
+    else:
+        step = plain_step(ray.train.torch.prepare_model(model), x, y)
+    times = run_steps(step, report=lambda i, mean_s: ray.train.report({"step": i, "step_s": mean_s}))
     final = {"step": STEPS, "steady_step_s": steady(times), "nice": os.nice(0), "threads": torch.get_num_threads()}
     # A checkpoint on the last report makes these the Result.metrics of a raw fit().
     with tempfile.TemporaryDirectory() as d:
@@ -77,8 +110,7 @@ def vanilla_worker(rank: int, world: int, port: int, out) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model, x, y = build()
-    model = nn.parallel.DistributedDataParallel(model)
-    times = run_steps(model, x, y)
+    times = run_steps(plain_step(nn.parallel.DistributedDataParallel(model), x, y))
     if rank == 0:
         out.put({"steady_step_s": steady(times), "nice": os.nice(0), "threads": torch.get_num_threads()})
     dist.destroy_process_group()

@@ -1,47 +1,105 @@
-"""The per-worker loop for the built-in classifiers (mlp, cnn) under a chosen parallelism.
+"""The per-worker loop for the built-in classifiers (mlp, cnn), under any parallelism.
 
-``trainers.driver`` runs it when a job with ``model.type`` mlp or cnn sets anything in
-``parallelism`` beyond the defaults: strategy fsdp or parameter_server, bf16
-precision, gradient accumulation or compression. (The default keeps ``trainers.loop``,
-Ray's own DDP.)
-The model goes through ``trainers.parallel.parallelize`` like the GPT does, so the
-strategy, precision, accumulation (``no_sync`` on all but the last slice) and the DDP
-communication hooks are the same code. Data, optimizer and epoch bookkeeping come
-from ``trainers.loop``.
+``trainers.trainer`` runs it for every job with ``model.type`` mlp or cnn: the default
+(ddp, fp32), bf16, fsdp, the parameter server, gradient accumulation and compression
+all take this loop and its one checkpoint format. The model goes through
+``trainers.parallel.parallelize`` like the GPT does; steps, reports and checkpoints are
+``trainers.skeleton``'s.
 
-A checkpoint holds every worker's shard of model and optimizer state under
-``shards/`` (``torch.distributed.checkpoint``), and from worker 0 the plain weights
-``model.pt`` plus ``state.json`` (epoch, step, spec, data shape) to rebuild the model
-with ``trainers.models.build_model``.
+Epochs: each worker walks its shard of the training split in an order fixed by the seed
+and the epoch (``trainers.data``). A resumed run restarts the epoch its checkpoint was
+taken in (use ``checkpoint.every_n_steps`` for finer resume) and keeps counting steps.
+Its checkpoints carry ``n_features`` and ``n_classes`` in ``state.json``: with the model
+spec that rebuilds the network (``trainers.models.build_model``) to load ``model.pt`` into.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
-import time
-from functools import partial
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 
-import ray.train
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from api.schemas import TabularData, TrainSpec, parse_job_spec
-from trainers.loop import Batch, InMemoryData, Progress, RayDataShards, build_optimizer
+from api.schemas import TrainSpec, parse_job_spec
+from trainers.data import Batch, InMemoryData, RayDataShards, classifier_data
 from trainers.models import build_model
-from trainers.parallel import ParallelModel, build_mesh, load_checkpoint, parallelize, save_checkpoint
-from trainers.parallel.parameter_server import ParameterServerModel, parallelize_parameter_server
+from trainers.parallel import ParallelModel, build_mesh, parallelize
+from trainers.parallel.parameter_server import ParameterServerModel
+from trainers.skeleton import Start, Step, optimizer_factory, resume, setup_worker, train
 
-SHARDS_DIR = "shards"
+Data = InMemoryData | RayDataShards
 
 
 def classification_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     # fp32 loss whatever the autocast precision of the logits.
     return nn.functional.cross_entropy(logits.float(), targets)
+
+
+def build_classifier(spec: TrainSpec, n_features: int, n_classes: int) -> ParallelModel:
+    """The spec's classifier on this worker, placed by its parallelism (collective)."""
+    return parallelize(
+        build_model(spec.model, n_features, n_classes),
+        build_mesh(spec.parallelism),
+        spec.parallelism,
+        optimizer_factory=optimizer_factory(spec),
+        loss_fn=classification_loss,
+    )
+
+
+def train_loop(config: dict) -> None:
+    spec = parse_job_spec(config["spec"])
+    setup_worker(spec)
+    data = classifier_data(spec, config.get("data_meta", {}), dist.get_rank(), dist.get_world_size())
+    pm = build_classifier(spec, data.n_features, data.n_classes)
+    start = resume(spec, pm)
+    train(
+        spec,
+        pm,
+        steps(spec, data, start),
+        lambda: evaluate(pm, data.val_batches()),
+        throughput=("samples_per_s", 1),
+        meta={"n_features": data.n_features, "n_classes": data.n_classes},
+    )
+
+
+def steps(spec: TrainSpec, data: Data, start: Start) -> Iterator[Step]:
+    """The run's remaining steps: whole epochs of batches from ``start``, up to
+    ``spec.epochs`` or ``spec.max_steps``."""
+    k = spec.parallelism.grad_accumulation_steps
+    max_epochs = spec.epochs or 10**9
+    max_steps = spec.max_steps or float("inf")
+    number = start.step
+    for epoch in range(start.epoch, max_epochs):
+        if number >= max_steps:
+            return
+        batches = (whole_slices(x, y, k) for x, y in data.train_batches(epoch))
+        empty = True
+        for (x, y), epoch_end in with_last(b for b in batches if len(b[1])):
+            number, empty = number + 1, False
+            done = epoch + 1 if epoch_end else epoch
+            yield Step(number, done, x, y, epoch_end=epoch_end, last=number >= max_steps or done >= max_epochs)
+            if number >= max_steps:
+                return
+        if empty:
+            raise ValueError(
+                f"worker {dist.get_rank()} has no training batch in epoch {epoch}: its shard is smaller than "
+                f"parallelism.grad_accumulation_steps ({k}) rows. Use more data or fewer workers."
+            )
+
+
+def with_last(items: Iterator[Batch]) -> Iterator[tuple[Batch, bool]]:
+    """Each item with whether it is the last one (one item of lookahead, nothing more held)."""
+    it = iter(items)
+    try:
+        held = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield held, False
+        held = item
+    yield held, True
 
 
 def whole_slices(x: torch.Tensor, y: torch.Tensor, k: int) -> Batch:
@@ -50,16 +108,13 @@ def whole_slices(x: torch.Tensor, y: torch.Tensor, k: int) -> Batch:
     return x[:n], y[:n]
 
 
-def autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 @torch.no_grad()
-def evaluate(spec: TrainSpec, pm: ParallelModel, batches: Iterator[Batch]) -> tuple[float, float]:
-    """Loss and accuracy over every worker's validation shard."""
+def evaluate(pm: ParallelModel, batches: Iterator[Batch]) -> dict[str, Any]:
+    """Loss and accuracy over every worker's validation shard (a collective)."""
+    server_stats = {}
+    if isinstance(pm, ParameterServerModel):
+        pm.refresh()  # every worker evaluates the servers' latest weights
+        server_stats = pm.server_stats()
     pm.module.eval()
     batches = list(batches)
     # FSDP gathers parameters in every forward, a collective: all workers must run as
@@ -71,7 +126,7 @@ def evaluate(spec: TrainSpec, pm: ParallelModel, batches: Iterator[Batch]) -> tu
     for i in range(int(count.item())):
         x, y = batches[i] if i < len(batches) else empty
         x, y = x.to(pm.device), y.to(pm.device)
-        with autocast(spec.parallelism.precision, pm.device):
+        with pm.autocast():
             logits = pm.module(x).float()
         totals[0] += nn.functional.cross_entropy(logits, y, reduction="sum").double()
         totals[1] += (logits.argmax(1) == y).sum()
@@ -79,94 +134,4 @@ def evaluate(spec: TrainSpec, pm: ParallelModel, batches: Iterator[Batch]) -> tu
     dist.all_reduce(totals)
     pm.module.train()
     rows = max(totals[2].item(), 1.0)
-    return totals[0].item() / rows, totals[1].item() / rows
-
-
-def train_loop(config: dict) -> None:
-    spec = parse_job_spec(config["spec"])
-    torch.manual_seed(spec.seed)
-    torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
-
-    mesh = build_mesh(spec.parallelism)
-    rank, world = mesh["data"].get_local_rank(), mesh["data"].size()
-    if isinstance(spec.data, TabularData):
-        data = RayDataShards(spec, config["data_meta"])
-    else:
-        data = InMemoryData(spec, rank, world)
-    meta = {"n_features": data.n_features, "n_classes": data.n_classes}
-    place = parallelize
-    if spec.parallelism.strategy == "parameter_server":
-        # parallelize() still refuses this strategy (api.schemas.parallelism lists it as
-        # unavailable); the job spec has already checked it applies to this model.
-        place = parallelize_parameter_server
-    pm = place(
-        build_model(spec.model, data.n_features, data.n_classes),
-        mesh,
-        spec.parallelism,
-        optimizer_factory=partial(build_optimizer, spec.optimizer),
-        loss_fn=classification_loss,
-    )
-
-    progress = Progress()
-    if (checkpoint := ray.train.get_checkpoint()) is not None:
-        with checkpoint.as_directory() as d:
-            load_checkpoint(pm, os.path.join(d, SHARDS_DIR))
-            with open(os.path.join(d, "state.json")) as f:
-                progress.epoch = json.load(f)["epoch"]
-
-    k = spec.parallelism.grad_accumulation_steps
-    max_steps = spec.max_steps or float("inf")
-    max_epochs = spec.epochs or 10**9
-    every_steps = spec.checkpoint.every_n_steps
-    while progress.epoch < max_epochs and pm.step < max_steps:
-        t0, losses, samples = time.perf_counter(), [], 0
-        for x, y in data.train_batches(progress.epoch):
-            x, y = whole_slices(x, y, k)
-            if len(y) == 0:
-                continue
-            losses.append(pm.train_step(x, y))
-            samples += len(y)
-            if pm.step >= max_steps:
-                break
-            if every_steps and pm.step % every_steps == 0:
-                report(spec, pm, progress, data, losses, samples, t0, meta, checkpoint=True)
-                t0, losses, samples = time.perf_counter(), [], 0
-        else:
-            progress.epoch += 1
-        finished = progress.epoch >= max_epochs or pm.step >= max_steps
-        due = finished or progress.epoch % spec.checkpoint.every_n_epochs == 0
-        if losses or finished:
-            report(spec, pm, progress, data, losses, samples, t0, meta, checkpoint=due)
-
-
-def report(spec, pm, progress, data, losses, samples, t0, meta, *, checkpoint: bool) -> None:
-    elapsed = time.perf_counter() - t0
-    server_stats = {}
-    if isinstance(pm, ParameterServerModel):
-        pm.refresh()  # every worker evaluates and saves the servers' latest weights
-        server_stats = pm.server_stats()
-    val_loss, val_acc = evaluate(spec, pm, data.val_batches())
-    metrics = {
-        "epoch": progress.epoch,
-        "step": pm.step,
-        "train_loss": sum(losses) / max(len(losses), 1),
-        "val_loss": val_loss,
-        "val_acc": val_acc,
-        "samples_per_s": samples * pm.data_world_size / max(elapsed, 1e-9),
-        "bytes_communicated": pm.bytes_communicated,
-        "local_state_bytes": pm.local_state_bytes(),
-        "world_size": ray.train.get_context().get_world_size(),  # changes when an elastic job resizes
-        **server_stats,
-    }
-    if not checkpoint:
-        ray.train.report(metrics)
-        return
-    with tempfile.TemporaryDirectory() as d:
-        save_checkpoint(pm, os.path.join(d, SHARDS_DIR))
-        weights = pm.full_model_state_dict()  # a collective; the weights land on rank 0
-        if ray.train.get_context().get_world_rank() == 0:
-            torch.save(weights, os.path.join(d, "model.pt"))
-            with open(os.path.join(d, "state.json"), "w") as f:
-                state = {"epoch": progress.epoch, "step": pm.step, "spec": spec.model_dump(mode="json"), **meta}
-                json.dump(state, f)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+    return {"val_loss": totals[0].item() / rows, "val_acc": totals[1].item() / rows, **server_stats}

@@ -1,18 +1,22 @@
-"""Built-in datasets that need no download, split the same way on every worker.
+"""The classifiers' data: built-in datasets that need no download, and user tables.
 
 Every worker loads the (small) in-memory dataset and takes its own shard of the
-training split, so no rank sees another's rows and the split depends only on the seed.
-Tables given by path are read with Ray Data in the driver and sharded by Ray Train.
+training split, so no rank sees another's rows and the split depends only on the seed
+(:class:`InMemoryData`). Tables given by path are read with Ray Data in the driver and
+sharded by Ray Train (:class:`RayDataShards`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from api.schemas import DigitsData, SyntheticData
+from api.schemas import DigitsData, SyntheticData, TabularData, TrainSpec
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -63,3 +67,55 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: torch.
     for i in range(0, len(x) - batch_size + 1 if len(x) >= batch_size else 1, batch_size):
         idx = order[i : i + batch_size]
         yield x[idx], y[idx]
+
+
+class InMemoryData:
+    """A built-in dataset: each worker holds its own shard of the training split."""
+
+    def __init__(self, spec: TrainSpec, rank: int, world: int):
+        arrays = load_arrays(spec.data, spec.seed)
+        self.n_features, self.n_classes = arrays.n_features, arrays.n_classes
+        self.x, self.y = shard(arrays.x_train, rank, world), shard(arrays.y_train, rank, world)
+        # Validation needs no equal shards (one all-reduce at the end), so no row is dropped.
+        self.x_val, self.y_val = arrays.x_val[rank::world], arrays.y_val[rank::world]
+        self.batch_size, self.seed, self.rank = spec.batch_size, spec.seed, rank
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch * 101 + self.rank)
+        return batches(self.x, self.y, min(self.batch_size, len(self.x)), g)
+
+    def val_batches(self) -> Iterator[Batch]:
+        for i in range(0, len(self.x_val), 1024):
+            yield self.x_val[i : i + 1024], self.y_val[i : i + 1024]
+
+
+class RayDataShards:
+    """A user table, sharded across workers by Ray Train (equal-sized splits)."""
+
+    def __init__(self, spec: TrainSpec, meta: dict):
+        import ray.train
+
+        data: TabularData = spec.data
+        self.features, self.label = meta["feature_columns"], data.label_column
+        self.n_features, self.n_classes = len(self.features), meta["num_classes"]
+        self.batch_size = spec.batch_size
+        self.train = ray.train.get_dataset_shard("train")
+        self.val = ray.train.get_dataset_shard("val")
+
+    def _iter(self, shard, batch_size: int) -> Iterator[Batch]:
+        for b in shard.iter_torch_batches(batch_size=batch_size, drop_last=False):
+            x = torch.stack([b[c].to(torch.float32) for c in self.features], dim=1)
+            yield x, b[self.label].to(torch.long)
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        return self._iter(self.train, self.batch_size)
+
+    def val_batches(self) -> Iterator[Batch]:
+        return self._iter(self.val, 1024)
+
+
+def classifier_data(spec: TrainSpec, data_meta: dict, rank: int, world: int) -> InMemoryData | RayDataShards:
+    """This worker's view of a classifier job's data (``rank`` of ``world`` data replicas)."""
+    if isinstance(spec.data, TabularData):
+        return RayDataShards(spec, data_meta)
+    return InMemoryData(spec, rank, world)

@@ -54,12 +54,8 @@ def builtin_loop(spec: TrainSpec) -> Callable[[dict], None]:
         from trainers.lm_loop import train_loop
 
         return train_loop
-    if not spec.default_parallelism:
-        from trainers.classifier_loop import train_loop
-
-        return train_loop
-    # The default (plain DDP, fp32) keeps Ray's prepare_model path and its checkpoint format.
-    from trainers.loop import train_loop
+    # mlp and cnn, whatever the parallelism: one loop, one checkpoint format.
+    from trainers.classifier_loop import train_loop
 
     return train_loop
 

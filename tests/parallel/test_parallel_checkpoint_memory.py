@@ -6,7 +6,8 @@ import torch
 from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, GLOBAL_BATCH, SEED, dataset, make_optimizer, run_workers
 from trainers.gpt import build_gpt
-from trainers.parallel import build_mesh, load_checkpoint, parallelize, save_checkpoint
+from trainers.checkpoint import load_shards, save_shards
+from trainers.parallel import build_mesh, parallelize
 from trainers.text_data import batch_at
 
 
@@ -43,13 +44,13 @@ def test_fsdp_holds_about_half_the_parameter_and_optimizer_bytes_of_ddp_on_two_w
 def resume_worker(rank, world_size, spec, path):
     pm = _build(spec)
     _train(pm, range(0, 4))
-    save_checkpoint(pm, path)
+    save_shards(pm, path)
     continued = _train(pm, range(4, 8))
     continued_weights = pm.full_model_state_dict()
 
     # A different initial seed: anything that matches afterwards came from the checkpoint.
     resumed = _build(spec, seed=SEED + 1)
-    load_checkpoint(resumed, path)
+    load_shards(resumed, path)
     start = resumed.step
     replayed = _train(resumed, range(start, 8))
     return {
@@ -85,10 +86,10 @@ def test_sharded_checkpoint_resumes_bit_for_bit(spec, tmp_path):
 def cross_strategy_worker(rank, world_size, path):
     ddp = _build(ParallelismSpec(strategy="ddp"))
     _train(ddp, range(0, 4))
-    save_checkpoint(ddp, path)
+    save_shards(ddp, path)
     continued = _train(ddp, range(4, 8))
     fsdp = _build(ParallelismSpec(strategy="fsdp"), seed=SEED + 1)
-    load_checkpoint(fsdp, path)
+    load_shards(fsdp, path)
     return {"continued": continued, "fsdp": _train(fsdp, range(fsdp.step, 8))}
 
 

@@ -15,9 +15,8 @@ Batches are sharded by ``pm.data_rank`` / ``pm.data_world_size``, not by the wor
 global rank: the workers of one tensor group or one pipeline must see the same batch.
 
 ``parallelize`` returns a :class:`ParallelModel` (see ``base``) whatever the strategy;
-``checkpoint.save_checkpoint`` / ``load_checkpoint`` write and restore it. One module
-per strategy: ``ddp``, ``fsdp``, ``tensor``, ``pipeline``, ``hybrid``,
-``parameter_server`` (not implemented yet).
+``trainers.checkpoint`` writes and restores it. One module per strategy: ``ddp``,
+``fsdp``, ``tensor``, ``pipeline``, ``hybrid``, ``parameter_server``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from api.schemas import ParallelismSpec, resolve_mesh, validate_parallelism
 from trainers.gpt import lm_loss
 from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
-from trainers.parallel.checkpoint import load_checkpoint, save_checkpoint
 from trainers.parallel.ddp import DDPModel
 from trainers.parallel.fsdp import FSDPModel
 from trainers.parallel.hybrid import parallelize_hybrid
@@ -41,9 +39,7 @@ __all__ = [
     "MESH_DIMS",
     "ParallelModel",
     "build_mesh",
-    "load_checkpoint",
     "parallelize",
-    "save_checkpoint",
 ]
 
 MESH_DIMS = ("data", "pipeline", "tensor")

@@ -5,6 +5,8 @@ columns, or one pipeline stage) together with its optimizer. The training loop o
 talks to this interface:
 
     loss = pm.train_step(inputs, targets)  # one optimizer step; global-batch mean loss
+    t = pm.local_step(inputs, targets)     # the same step, this worker's loss left on its device
+    pm.mean_loss(t)                        # -> the global-batch mean (a collective)
     pm.evaluate(inputs, targets)           # forward only, same averaging
     pm.state_dict() / pm.load_state_dict() # this worker's shard, for DCP checkpoints
     pm.full_model_state_dict()             # plain weights gathered on rank 0, for export
@@ -104,6 +106,12 @@ class ParallelModel:
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """One optimizer step on this worker's batch; returns the global-batch mean loss."""
+        return self.mean_loss(self.local_step(inputs, targets))
+
+    def local_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """:meth:`train_step` without averaging the loss: this worker's loss as a 0-dim
+        tensor on its device. No collective beyond gradient synchronisation and no
+        CPU-GPU sync, so a loop can average a window of them once (:meth:`mean_loss`)."""
         k = self.spec.grad_accumulation_steps
         micro_inputs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
         micro_targets = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
@@ -113,20 +121,25 @@ class ParallelModel:
             # Gradients cross the network only after the last slice; before that they
             # just accumulate locally.
             with self._grad_sync(enabled=i == k - 1):
-                with self._autocast():
+                with self.autocast():
                     loss = self.loss_fn(self.module(x), y) / k
                 self._backward(loss)
             loss_sum += loss.detach()
         self._reduce_grads()
         self._optimizer_step()
-        return self._data_mean(loss_sum)
+        return loss_sum
+
+    def mean_loss(self, local_loss: torch.Tensor) -> float:
+        """The mean over data replicas of :meth:`local_step` losses (or of a mean of several
+        steps' losses, each replica's taken at the same steps). A collective."""
+        return self._data_mean(local_loss)
 
     @torch.no_grad()
     def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """Mean loss over the global batch, without touching gradients or weights."""
         self.module.eval()
         try:
-            with self._autocast():
+            with self.autocast():
                 loss = self.loss_fn(self.module(inputs.to(self.device)), targets.to(self.device))
         finally:
             self.module.train()
@@ -142,7 +155,8 @@ class ParallelModel:
     def _reduce_grads(self) -> None:
         """Average gradients across data replicas, if backward did not already."""
 
-    def _autocast(self):
+    def autocast(self):
+        """The forward-pass precision context of ``spec.precision`` (autocast; fp32 weights)."""
         if self.spec.precision == "fp32":
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if self.spec.precision == "bf16" else torch.float16
@@ -169,7 +183,7 @@ class ParallelModel:
             value = value.clone()
             dist.all_reduce(value, group=self.data_group)
             value /= self.data_world_size
-        return value.item()  # a CPU-GPU sync point, once per step
+        return value.item()  # a CPU-GPU sync point
 
     # -- checkpoints ---------------------------------------------------------------
 
@@ -177,7 +191,7 @@ class ParallelModel:
         """This worker's model and optimizer state (sharded where the strategy shards).
 
         Keys use the plain model's parameter names whatever the strategy, which is what
-        lets ``trainers.parallel.checkpoint`` load a checkpoint under another layout.
+        lets ``trainers.checkpoint`` load a checkpoint under another layout.
         """
         # Flattened optimizer state is keyed by parameter name ("state.<name>.exp_avg",
         # "param_groups.<name>.lr"). The nested form has one "param_groups" list per

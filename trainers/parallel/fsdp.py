@@ -21,7 +21,7 @@ strategy does, rather than FSDP's own mixed-precision policy (which would also
 all-gather in bf16 and halve that traffic: a later optimisation).
 
 Checkpoints: ``ParallelModel.state_dict`` is sharded (each worker writes its shard with
-``trainers.parallel.checkpoint.save_checkpoint``); ``full_model_state_dict`` gathers
+``trainers.checkpoint``); ``full_model_state_dict`` gathers
 plain weights onto rank 0.
 """
 

@@ -31,9 +31,7 @@ reloads them from the checkpoint. Servers reserve no CPU: they sit idle between 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import Iterator
 
 import ray
 import torch
@@ -226,16 +224,19 @@ class ParameterServerModel(ParallelModel):
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """One step on this worker's batch; returns this worker's loss (no collective)."""
+        return self.local_step(inputs, targets).item()
+
+    def local_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         k = self.spec.grad_accumulation_steps
         xs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
         ys = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
         self.module.train()
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=self.device)
         for x, y in zip(xs, ys):
-            with self._autocast():
+            with self.autocast():
                 loss = self.loss_fn(self.module(x), y) / k
             loss.backward()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
         server_versions = self._push()
         self.module.zero_grad(set_to_none=True)
         self.step += 1
@@ -243,10 +244,6 @@ class ParameterServerModel(ParallelModel):
         stale = [i for i, v in enumerate(server_versions) if v - self.versions[i] > self.staleness]
         self._pull(stale)
         return loss_sum
-
-    @contextlib.contextmanager
-    def _grad_sync(self, enabled: bool) -> Iterator[None]:
-        yield
 
     def refresh(self) -> None:
         """Wait for every worker's pushes, then pull: all workers now hold the same weights."""
@@ -292,7 +289,7 @@ class ParameterServerModel(ParallelModel):
         return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
 
     def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        raise NotImplementedError("load a parameter-server model from a checkpoint (load_checkpoint) instead")
+        raise NotImplementedError("load a parameter-server model from a checkpoint (trainers.checkpoint.restore) instead")
 
 
 def parallelize_parameter_server(

@@ -10,8 +10,8 @@ Each batch is cut into ``pipeline.microbatches`` microbatches that flow through 
 stages under ``torch.distributed.pipelining``'s GPipe or 1F1B schedule, which sends
 activations forward and their gradients back between neighbouring stages. The
 schedule averages gradients over microbatches, so one step equals one step on the
-whole batch. The last stage computes the loss; it is broadcast so every worker
-returns the same number.
+whole batch. The last stage computes the loss; ``mean_loss`` broadcasts it so every
+worker returns the same number.
 
 With a data axis, each stage averages its gradients with the same stage of the other
 replicas after the schedule (``bytes_communicated`` counts that). Every worker of one
@@ -103,12 +103,16 @@ class PipelineParallelModel(ParallelModel):
             )
         return self._schedules[key]
 
-    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    def local_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The step's loss on the last stage; zero on the others until :meth:`mean_loss`."""
         self.module.train()
         losses = self._run(self._schedule_for(inputs.shape).step, inputs, targets)
         self._reduce_grads()
         self._optimizer_step()
-        return self._data_mean(self._pipeline_loss(losses))
+        return self._stage_loss(losses)
+
+    def mean_loss(self, local_loss: torch.Tensor) -> float:
+        return self._data_mean(self._from_last_stage(local_loss))
 
     @torch.no_grad()
     def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -117,7 +121,7 @@ class PipelineParallelModel(ParallelModel):
             losses = self._run(self._schedule_for(inputs.shape).eval, inputs, targets)
         finally:
             self.module.train()
-        return self._data_mean(self._pipeline_loss(losses))
+        return self.mean_loss(self._stage_loss(losses))
 
     def _run(
         self, schedule_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor
@@ -130,7 +134,7 @@ class PipelineParallelModel(ParallelModel):
         losses: list[torch.Tensor] = []
         # Backward runs inside the schedule, so it sits in the autocast context too;
         # autocast only affects forward ops, backward reuses their recorded dtypes.
-        with self._autocast():
+        with self.autocast():
             schedule_fn(
                 *args,
                 target=target,
@@ -139,11 +143,13 @@ class PipelineParallelModel(ParallelModel):
             )
         return losses
 
-    def _pipeline_loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
+    def _stage_loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
         if self.is_last:
-            loss = torch.stack(losses).detach().float().mean()
-        else:
-            loss = torch.zeros((), device=self.device)
+            return torch.stack(losses).detach().float().mean()
+        return torch.zeros((), device=self.device)
+
+    def _from_last_stage(self, loss: torch.Tensor) -> torch.Tensor:
+        loss = loss.clone()
         dist.broadcast(loss, group=self.pp_group, group_src=self.num_stages - 1)
         return loss
 
