@@ -69,7 +69,9 @@ def run(
     from service.settings import Settings
 
     spec = load_spec_file(spec_file)
-    settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0])
+    # The code a spec names lies beside it: that is what this one-off server may ship.
+    code_root = {} if os.environ.get("RAYDOCK_CODE_ROOT") else {"code_root": str(spec_file.resolve().parent)}
+    settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0], **code_root)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     err.print(f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)")
