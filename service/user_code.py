@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from api.errors import InvalidSpec
 from api.schemas import JobSpec
+from service.ignore_rules import compile_patterns
 from service.settings import Settings
 
 ALLOWED_KEYS = {
@@ -255,12 +256,12 @@ def _size(n: int) -> str:
 def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Settings, budget: _Budget) -> None:
     """Walk ``top`` as Ray does when it zips it (ray/_private/runtime_env/packaging.py
     ``_dir_travel``: ignore files, and ``excludes`` relative to ``top``; links
-    followed), stopping at the caps."""
-    from ray._private.thirdparty.pathspec import PathSpec  # the matcher Ray packs with
+    followed), stopping at the caps. What the patterns leave out goes unchecked; they
+    never leave out more than Ray does (service/ignore_rules.py)."""
 
     def matcher(rel_to: Path, lines: list[str]) -> Callable[[Path], bool]:
-        spec = PathSpec.from_lines("gitwildmatch", lines)
-        return lambda p: spec.match_file(str(p.relative_to(rel_to)))
+        test = compile_patterns(lines)
+        return lambda p: test(p.relative_to(rel_to).as_posix())
 
     def ignore_files(d: Path) -> list[Callable[[Path], bool]]:
         names = (".gitignore", ".rayignore") if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1" else (".rayignore",)
@@ -272,7 +273,7 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
         path, inherited = stack.pop()
         is_dir = path.is_dir()
         rules = inherited + tuple(ignore_files(path)) if is_dir else inherited
-        if any(rule(path) for rule in rules):
+        if path != top and any(rule(path) for rule in rules):
             continue
         if path.is_symlink() and not _under(Path(os.path.realpath(path)), roots):
             raise _refuse(

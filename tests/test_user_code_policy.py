@@ -149,3 +149,22 @@ def test_paths_are_pinned_to_what_was_checked(tmp_path):
         check_user_code(parse_job_spec(spec(root)), no_root)
     assert refused.value.code == "code_root_not_configured"
     assert "RAYDOCK_CODE_ROOT" in refused.value.message
+
+
+def test_what_ray_leaves_out_goes_unchecked_and_nothing_more(tmp_path):
+    """A link out of the root inside a gitignored directory is never shipped (a
+    project's .venv); once a `!` pattern could bring it back, it is checked."""
+    root = tmp_path / "code"
+    project = root / "project"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "bin" / "python").symlink_to(tmp_path / "outside")
+    (project / "main.py").write_text("def train(config):\n    pass\n")
+    settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
+    (project / ".gitignore").write_text(".venv/\n")
+    check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
+
+    (project / ".gitignore").write_text(".venv/\n!.venv/bin/python\n")
+    with pytest.raises(InvalidSpec) as refused:
+        check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
+    assert refused.value.code == "code_link_outside_root"
+    assert ".venv/bin/python" in refused.value.message
