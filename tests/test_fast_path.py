@@ -122,24 +122,29 @@ def test_compile_setting_resolves_per_device_and_strategy():
 # ----------------------------------------------------------------------------- no sync in the step
 
 
-def test_loss_meter_step_reads_nothing_from_the_device_and_the_report_reads_once():
-    model, batches = build_gpt(TINY_GPT, seed=0), gpt_batches(4)
+def host_reads_worker(rank, world_size, steps):
+    """Host reads during ``steps`` local steps of the tiny GPT (the loop's step), then
+    during the one ``mean_loss`` of the window."""
+    spec = ParallelismSpec(strategy="ddp")
     # The optimizer the fast path builds on a GPU (fused; its CPU kernel exists too).
     # The unfused one reads its step counters on the host: CPU tensors, no sync on CUDA.
-    on_gpu = fast_path.resolve("auto", torch.device("cuda", 0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **fast_path.optimizer_options(on_gpu))
-    meter = fast_path.LossMeter()
-    with HostReads() as reads:
-        for x, y in fast_path.prefetch(batches, CPU):
-            loss = lm_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            meter.add(loss)
-    assert reads.count == 0
-    with HostReads() as reads:
-        mean = meter.mean()
-    assert reads.count == 1 and math.isfinite(mean) and meter.count == 4
+    options = fast_path.optimizer_options(fast_path.resolve("auto", torch.device("cuda", 0)))
+    pm = parallelize(build_gpt(TINY_GPT, seed=0), build_mesh(spec), spec, optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=1e-3, **options))
+    batches = gpt_batches(steps)
+    with HostReads() as in_steps:
+        total = None
+        for x, y in fast_path.prefetch(batches, pm.device):
+            loss = pm.local_step(x, y)
+            total = loss if total is None else total + loss
+    with HostReads() as at_report:
+        mean = pm.mean_loss(total / steps)
+    return {"in_steps": in_steps.count, "at_report": at_report.count, "mean": mean}
+
+
+def test_the_step_reads_nothing_from_the_device_and_the_report_reads_once():
+    r = run_workers(host_reads_worker, 1, 4, timeout_s=300)[0]
+    assert r["in_steps"] == 0
+    assert r["at_report"] == 1 and math.isfinite(r["mean"])
 
 
 def test_the_host_read_counter_sees_item():
@@ -221,3 +226,29 @@ def test_peak_table_matches_the_most_specific_name_first():
     for i, pattern in enumerate(order):
         # No pattern may be shadowed by a shorter one listed before it.
         assert not any(earlier in pattern for earlier in order[:i]), pattern
+
+
+# ----------------------------------------------------------------------------- a real job
+
+
+def test_gpt_job_reports_on_its_step_cadence_with_efficiency_metrics(client):
+    """A GPT job with ``report.every_n_steps: 3`` reports at steps 3, 6, 9 of one long
+    epoch, each with its throughput and FLOPs per token (no MFU or GPU memory on CPU)."""
+    spec = {
+        "name": "cadence",
+        "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "d_model": 16, "seq_len": 16},
+        "data": {"source": "text", "n_chars": 64 * 1024, "val_batches": 1},
+        "batch_size": 8,
+        "max_steps": 9,
+        "scaling": {"num_workers": 1},
+        "report": {"every_n_steps": 3, "every_s": 3600},
+    }
+    job = client.submit(spec).wait(timeout=300)
+    assert job.status == "SUCCEEDED", job.info
+    points = job.metrics()
+    assert [p.metrics["step"] for p in points] == [3, 6, 9]
+    fpt = efficiency.gpt_flops_per_token(n_layer=1, d_model=16, seq_len=16, vocab_size=VOCAB_SIZE)
+    for p in points:
+        assert p.metrics["flops_per_token"] == fpt
+        assert p.metrics["tokens_per_s"] > 0 and math.isfinite(p.metrics["train_loss"])
+        assert "mfu" not in p.metrics and "gpu_mem_allocated_peak_bytes" not in p.metrics

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from api.schemas import TrainSpec, parse_job_spec
+from trainers import efficiency
 from trainers.data import Batch, InMemoryData, RayDataShards, classifier_data
 from trainers.models import build_model
 from trainers.parallel import ParallelModel, build_mesh, parallelize
@@ -61,6 +62,10 @@ def train_loop(config: dict) -> None:
         lambda: evaluate(pm, data.val_batches()),
         throughput=("samples_per_s", 1),
         meta={"n_features": data.n_features, "n_classes": data.n_classes},
+        # Counted on a plain copy of the model: one forward of two zero rows, x 3.
+        flops_per_unit=efficiency.flops_per_sample(
+            build_model(spec.model, data.n_features, data.n_classes), torch.zeros(2, data.n_features)
+        ),
     )
 
 

@@ -9,9 +9,8 @@ Each piece removes a cost a plain eager loop pays on a GPU:
   parameter names, state dicts and checkpoints are those of the plain model, and
   DDP/FSDP still see one module per block (their bucket and shard boundaries);
 - :func:`optimizer_options`: the fused (single-kernel) Adam/AdamW/SGD step on CUDA;
-- :class:`LossMeter`: losses summed on the device and read once per report, so the
-  step never waits for the GPU (``loss.item()`` each step is a CPU-GPU sync point that
-  drains the launch queue);
+  (the step's loss stays on the device until a report: ``ParallelModel.local_step``
+  and the skeleton's window, never a per-step ``.item()``);
 - :func:`prefetch`: batches prepared ahead by a background thread in pinned memory and
   copied with ``non_blocking=True``. A copy from pageable memory blocks the host until
   the GPU has caught up, which would be a sync per step;
@@ -128,36 +127,6 @@ def accelerate(pm, fast: FastPath):
         compile_model(pm.module)
     pm.loss_fn = compile_loss(pm.loss_fn)
     return pm
-
-
-class LossMeter:
-    """Training losses of one report window, summed where they were computed.
-
-    ``add`` never leaves the device; ``mean`` is the window's one CPU-GPU sync point.
-    """
-
-    def __init__(self) -> None:
-        self._sum: torch.Tensor | None = None
-        self.count = 0
-
-    def add(self, loss: torch.Tensor) -> None:
-        loss = loss.detach().float()
-        self._sum = loss if self._sum is None else self._sum + loss
-        self.count += 1
-
-    def mean(self, group: dist.ProcessGroup | None = None, world_size: int = 1) -> float | None:
-        """The window's mean loss, averaged over ``group``'s ranks; ``None`` if empty.
-
-        With a group, a collective: every rank of it must call ``mean`` with the same
-        number of losses added.
-        """
-        if self._sum is None:
-            return None
-        value = self._sum / self.count
-        if group is not None and world_size > 1:
-            dist.all_reduce(value, group=group)
-            value = value / world_size
-        return value.item()  # a CPU-GPU sync point, once per report
 
 
 def _map_tensors(item, fn):

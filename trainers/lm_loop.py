@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import torch
 
 from api.schemas import GPTModel, TextData, TrainSpec, parse_job_spec
+from trainers import efficiency
 from trainers.gpt import GPTConfig, build_gpt
 from trainers.parallel import ParallelModel, build_mesh, parallelize
 from trainers.skeleton import Start, Step, optimizer_factory, resume, setup_worker, train
@@ -78,6 +79,9 @@ def train_loop(config: dict) -> None:
         steps(data, start, total_steps(spec, data.steps_per_epoch)),
         lambda: {"val_loss": evaluate(pm, data)},
         throughput=("tokens_per_s", spec.model.seq_len),
+        flops_per_unit=efficiency.gpt_flops_per_token(
+            n_layer=spec.model.n_layer, d_model=spec.model.d_model, seq_len=spec.model.seq_len, vocab_size=VOCAB_SIZE
+        ),
     )
 
 

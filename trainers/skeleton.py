@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from api.schemas import OptimizerSpec, TrainSpec
-from trainers import checkpoint
+from trainers import checkpoint, efficiency, fast_path
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
 
@@ -50,14 +50,23 @@ def setup_worker(spec: TrainSpec) -> None:
     # workers draw the same dropout masks.
     torch.manual_seed(spec.seed)
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
+    # TF32 matrix products where fp32 is asked for on a GPU (not under compile: off,
+    # the exact reference path).
+    device = torch.device("cuda" if spec.scaling.use_gpu and torch.cuda.is_available() else "cpu")
+    fast_path.allow_tf32(fast_path.resolve(spec.parallelism.compile, device, precision=spec.parallelism.precision).tf32)
 
 
 def build_optimizer(spec: OptimizerSpec, params) -> torch.optim.Optimizer:
+    params = list(params)
+    # On a GPU one fused kernel updates every parameter: no launch per tensor, and the
+    # step counters stay on the device (no host reads; GradScaler's check fuses in too).
+    on_gpu = bool(params) and all(isinstance(p, torch.Tensor) and p.is_cuda for p in params)
+    fused = {"fused": True} if on_gpu else {}
     if spec.name == "sgd":
-        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, **fused)
     if spec.name == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
-    return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
+    return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
 
 
 def optimizer_factory(spec: TrainSpec) -> OptimizerFactory:
@@ -206,6 +215,7 @@ def train(
     *,
     throughput: tuple[str, int],
     meta: dict[str, Any] | None = None,
+    flops_per_unit: int | None = None,
 ) -> None:
     """Run ``steps`` on ``pm``, reporting and checkpointing as the spec says.
 
@@ -213,7 +223,17 @@ def train(
     the same steps). ``throughput`` names the rate metric and the units per batch row
     (``("samples_per_s", 1)``, ``("tokens_per_s", seq_len)``). ``meta`` goes into every
     checkpoint's ``state.json`` next to ``trainers.checkpoint.describe``'s fields.
+    ``flops_per_unit`` (model FLOPs per token or sample, ``trainers.efficiency``) adds
+    MFU on GPUs.
+
+    The fast path (``trainers.fast_path``, ``parallelism.compile``) applies here:
+    the placed model and its loss compiled in place, batches prefetched to the GPU.
     """
+    par = spec.parallelism
+    fast = fast_path.resolve(par.compile, pm.device, strategy=par.strategy, precision=par.precision)
+    fast_path.accelerate(pm, fast)
+    if fast.prefetch:
+        steps = fast_path.prefetch(steps, pm.device)
     cadence = Cadence(spec, pm.device)
     rate_name, units_per_row = throughput
     window = Window()
@@ -223,11 +243,16 @@ def train(
             continue
         train_loss = window.mean_loss(pm)  # waits for the window's last step
         elapsed = time.perf_counter() - window.t0
+        rate = window.rows * units_per_row * pm.data_world_size / max(elapsed, 1e-9)
         metrics = {
             "epoch": step.epoch,
             "step": pm.step,
             "train_loss": train_loss,
-            rate_name: window.rows * units_per_row * pm.data_world_size / max(elapsed, 1e-9),
+            rate_name: rate,
+            **efficiency.efficiency_metrics(
+                unit=rate_name.removesuffix("s_per_s"), items_per_s=rate, flops_per_item=flops_per_unit,
+                device=pm.device, precision=par.precision, n_devices=dist.get_world_size(),
+            ),
             **evaluate(),
             # Worker 0's figures (only rank 0's metrics are kept): the gradient-sync bytes
             # it sent since this attempt started, and the parameter + optimizer bytes it holds.
