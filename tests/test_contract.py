@@ -43,6 +43,8 @@ BAD_SPECS = [
         },
     ), f"more than the {MAX_TRIALS} trials"),
     ("tune seed 2**32", tune_spec(seed=2**32), "seed"),
+    ("cnn channels of 1e23", digits_spec(model={"type": "cnn", "channels": [10**23]}), "model.cnn.channels"),
+    ("mlp of 65 layers", digits_spec(model={"type": "mlp", "hidden_sizes": [8] * 65}), "hidden_sizes"),
 ]
 
 

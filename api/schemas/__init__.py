@@ -15,6 +15,7 @@ from api.schemas.cluster import (
 from api.schemas.common import (
     ENTRYPOINT_RE,
     INT64_MAX,
+    LABEL_KEY_RE,
     MAX_LABELS,
     NAME_RE,
     ErrorBody,

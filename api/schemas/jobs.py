@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from api.schemas.common import FailureCause, JobStatus
+
+# The store may hand back naive datetimes (SQLite keeps no offset); they are UTC, and the
+# API always says so, as OpenAPI's date-time format requires.
+UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
 
 class JobPublic(BaseModel):
     id: str = Field(description="Job id.")
@@ -19,9 +23,9 @@ class JobPublic(BaseModel):
     error: str | None = Field(default=None, description="The error message and traceback tail when FAILED.")
     labels: dict[str, str] = Field(default_factory=dict)
     spec: dict[str, Any] = Field(description="The submitted spec with defaults filled in.")
-    created_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None = None
+    finished_at: UtcDatetime | None = None
     attempt: int = Field(default=0, description="Number of times the job has been started.")
     ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
     latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
@@ -63,5 +67,5 @@ class CheckpointPublic(BaseModel):
     step: int | None = None
     epoch: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
+    created_at: UtcDatetime
 

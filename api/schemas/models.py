@@ -11,7 +11,8 @@ from api.schemas.common import Strict
 
 class MLPModel(Strict):
     type: Literal["mlp"] = Field(description="A multilayer perceptron over flat features.")
-    hidden_sizes: list[Annotated[int, Field(gt=0)]] = Field(
+    hidden_sizes: list[Annotated[int, Field(gt=0, le=65_536)]] = Field(
+        max_length=64,
         default_factory=lambda: [128], description="Width of each hidden layer."
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
@@ -19,7 +20,8 @@ class MLPModel(Strict):
 
 class CNNModel(Strict):
     type: Literal["cnn"] = Field(description="A small convolutional net for square single-channel images.")
-    channels: list[Annotated[int, Field(gt=0)]] = Field(
+    channels: list[Annotated[int, Field(gt=0, le=16_384)]] = Field(
+        max_length=64,
         default_factory=lambda: [16, 32], description="Output channels of each 3x3 conv block."
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout before the classifier.")

@@ -40,7 +40,7 @@ FIXED_FIELDS = {
     "max_steps": "the trial budget; set budget.steps",
     "checkpoint": "the search checkpoints every report so PBT can clone any trial",
 }
-# What the built-in classifiers report at every epoch (trainers/loop.py).
+# What the built-in classifiers report at every epoch (trainers/skeleton.py).
 CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
 
 
