@@ -39,6 +39,7 @@ FIXED_FIELDS = {
     "epochs": "the trial budget; set budget.epochs",
     "max_steps": "the trial budget; set budget.steps",
     "checkpoint": "the search checkpoints every report so PBT can clone any trial",
+    "report": "a trial reports exactly when it checkpoints, so every report can be cloned",
 }
 # What the built-in classifiers report at every epoch (trainers/skeleton.py).
 CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
@@ -228,6 +229,9 @@ class TuneSpec(Strict):
             if self.budget.steps is not None:
                 interval = self.pbt.perturbation_interval if self.pbt and self.pbt.perturbation_interval else None
                 ckpt["every_n_steps"] = ckpt.get("every_n_steps") or interval or max(1, self.budget.steps // 10)
+            # No reports between checkpoints: a PBT decision taken on a report without a
+            # checkpoint has nothing to clone ("Skip exploit").
+            spec["report"] = {"every_s": 86_400.0, "every_n_steps": None}
         return spec
 
     # ------------------------------------------------------------------ validation
