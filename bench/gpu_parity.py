@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 import torch
 
+from bench.jobs import run_job
 from trainers import efficiency
 from trainers.data import load_arrays
 from trainers.gpt import GPTConfig, build_gpt, lm_loss
@@ -200,19 +201,8 @@ def job_spec(w: Workload, *, checkpoint_every: int | None) -> dict:
 
 
 def job(w: Workload, http: httpx.Client, device: torch.device, *, checkpoint_every: int | None) -> Figures:
-    t0 = time.time()
-    job_id = http.post("/v1/jobs", json=job_spec(w, checkpoint_every=checkpoint_every)).raise_for_status().json()["id"]
-    first_metric = None
-    while True:
-        if first_metric is None and http.get(f"/v1/jobs/{job_id}/metrics").json():
-            first_metric = time.time() - t0
-        info = http.get(f"/v1/jobs/{job_id}").json()
-        if info["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            break
-        time.sleep(0.2)
-    if info["status"] != "SUCCEEDED":
-        raise RuntimeError(f"{w.name} job {info['status']}: {info.get('error')}")
-    points = http.get(f"/v1/jobs/{job_id}/metrics").json()
+    run = run_job(http, job_spec(w, checkpoint_every=checkpoint_every), poll_s=0.2)
+    points = run.points
     key = "tokens_per_s" if w.unit == "token" else "samples_per_s"
     steady = [p for p in points[1:] if p["metrics"].get(key)]  # the first window holds the compile
     if not steady:
@@ -228,8 +218,8 @@ def job(w: Workload, http: httpx.Client, device: torch.device, *, checkpoint_eve
         efficiency.model_flops_utilisation(rate, w.flops_per_item, peak, 1),
         {
             "wall_items_per_s": wall,
-            "first_metric_s": first_metric,
-            "total_s": time.time() - t0,
+            "first_metric_s": run.first_metric_s,
+            "total_s": run.wall_s,
             "reports": len(points),
             "job_mfu": last.get("mfu"),
             "job_flops_per_item": last.get(f"flops_per_{w.unit}"),

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from bench import workload
+from bench.jobs import run_job
 from service.local_cluster import free_ports, start_head
 from service.ray_backend import ray_auth_token
 from tests.servers import ServerProcess
@@ -70,21 +71,9 @@ def raw_trainer(gcs_address: str, storage: str) -> dict:
 def raydock_job(url: str, **config) -> dict:
     http = httpx.Client(base_url=url, timeout=30)
     spec = {"name": "bench", "entrypoint": "bench.workload:ray_train_loop", "working_dir": str(BENCH_DIR.parent), "scaling": {"num_workers": 2}, "config": config}
-    t0 = time.perf_counter()
-    job_id = http.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
-    first_metric = None
-    while True:
-        if first_metric is None and http.get(f"/v1/jobs/{job_id}/metrics").json():
-            first_metric = time.perf_counter() - t0
-        job = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            break
-        time.sleep(0.05)
-    wall = time.perf_counter() - t0
-    if job["status"] != "SUCCEEDED":
-        raise RuntimeError(f"bench job {job['status']}: {job['error']}")
-    last = http.get(f"/v1/jobs/{job_id}/metrics").json()[-1]["metrics"]
-    return {"wall_s": wall, "first_metric_s": first_metric, **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")}}
+    run = run_job(http, spec)
+    last = run.points[-1]["metrics"]
+    return {"wall_s": run.wall_s, "first_metric_s": run.first_metric_s, **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")}}
 
 
 def main() -> int:
