@@ -30,7 +30,6 @@ from sqlalchemy import select, update
 
 from api.schemas import FailureCause, JobStatus, parse_job_spec
 from service import lifecycle, storage
-from service.elastic import graceful_stop_env
 from service.ingest import new_events_token
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
@@ -160,7 +159,7 @@ class Attempts:
             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.worker_start_timeout_s),
             "RAY_DEDUP_LOGS": "0",
             "PYTHONUNBUFFERED": "1",
-            **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once (service/elastic.py)
+            **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
         }
 
     def confirm(self, job_id: str, sid: str, attempt: int) -> None:
@@ -204,3 +203,14 @@ class Attempts:
                 self.backend.stop(rj.submission_id)
                 stopped.append(rj.submission_id)
         return stopped
+
+
+def graceful_stop_env(kind: str) -> dict[str, str]:
+    """How Ray stops a training job's driver: with SIGINT, which Ray Train answers by
+    aborting the run cleanly. Ray's default, SIGTERM, kills the Train controller before
+    it withdraws its share of the cluster from Ray Train's resource coordinator, and
+    elastic jobs then cannot grow into the freed CPUs until that share expires (180 s)."""
+    if kind != "train":
+        return {}
+    # Read by Ray's job supervisor, which runs with the job's environment.
+    return {"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "15"}

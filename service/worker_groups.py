@@ -1,4 +1,4 @@
-"""A job's worker groups read back, and how Ray stops a training driver.
+"""A job's worker groups read back: its worker count and placement over time.
 
 A job's driver sends a ``worker_group`` event each time Ray Train starts its workers
 (the first start, every resize of an elastic job, every restart after a failure);
@@ -29,14 +29,3 @@ def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic
             )  # fmt: skip
             for r in rows
         ]
-
-
-def graceful_stop_env(kind: str) -> dict[str, str]:
-    """How Ray stops a training job's driver: with SIGINT, which Ray Train answers by
-    aborting the run cleanly. Ray's default, SIGTERM, kills the Train controller before
-    it withdraws its share of the cluster from Ray Train's resource coordinator, and
-    elastic jobs then cannot grow into the freed CPUs until that share expires (180 s)."""
-    if kind != "train":
-        return {}
-    # Read by Ray's job supervisor, which runs with the job's environment.
-    return {"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "15"}
