@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import NotFound
+from api.errors import Conflict, NotFound
 from api.schemas import BestTrialPublic, ExploitPublic, JobStatus, TrialCheckpoint, TrialMetricPoint, TrialPublic
 from service.ingest import better as _better
 from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
@@ -33,7 +33,7 @@ class TrialService:
         if job is None:
             raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
         if job.kind != "tune":
-            raise NotFound(
+            raise Conflict(
                 f"Job {job_id} is a {job.kind} job; trials, lineage and the best trial exist for searches (kind tune).",
                 code="not_a_search",
             )

@@ -179,3 +179,14 @@ def test_raydock_run_works_with_an_api_token(ray_head, tmp_path):
     run = subprocess.run([sys.executable, "-m", "service.cli", "run", str(spec_file)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "latest checkpoint" in run.stdout
+
+
+def test_streams_of_a_deleted_job_are_404_and_a_train_job_has_no_trials(open_server):
+    c = http(open_server)
+    job_id = c.post("/v1/jobs", json=digits_spec(name="stream-then-delete")).json()["id"]
+    assert_error(c.get(f"/v1/jobs/{job_id}/lineage"), 409, "not_a_search")
+    assert c.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "CANCELLED"
+    assert c.delete(f"/v1/jobs/{job_id}").status_code == 204
+    # A streaming route answers before its stream opens: 404, not an empty 200.
+    assert_error(c.get(f"/v1/jobs/{job_id}/metrics/stream"), 404, "job_not_found")
+    assert_error(c.get(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}), 404, "job_not_found")

@@ -72,7 +72,7 @@ class TrainSpec(Strict):
         default=None, description="A built-in model. Give either this or `entrypoint`."
     )
     entrypoint: str | None = Field(
-        default=None, max_length=512, json_schema_extra={"pattern": ENTRYPOINT_RE.pattern},
+        default=None, max_length=512,
         description="User code: 'package.module:function', a Ray Train per-worker loop taking `config`.",
     )
     working_dir: str | None = Field(

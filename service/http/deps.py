@@ -48,6 +48,16 @@ CheckpointId = Annotated[int, Path(ge=0, le=INT64_MAX, description="The checkpoi
 Since = Annotated[int, Query(ge=-1, le=INT64_MAX, description="Only entries with seq > since; -1 for all.")]
 Offset = Annotated[int, Query(ge=0, le=INT64_MAX, description="Characters (logs) or items (lists) to skip.")]
 
+
+def existing_job(jobs: Jobs, job_id: JobId) -> str:
+    """The job id, once the job is known to exist: a streaming route must answer 404
+    before its stream opens, since its body runs only after the 200 is sent."""
+    jobs.get(job_id)
+    return job_id
+
+
+ExistingJobId = Annotated[str, Depends(existing_job)]
+
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <RAYDOCK_API_TOKEN>`.")
 
 

@@ -16,7 +16,7 @@ DESCRIPTIONS = {
     400: "The request could not be read (Host not allowed, malformed body or headers).",
     401: "Missing or wrong API token.",
     404: "No such job (or checkpoint, or trial).",
-    409: "The job is not in a status that allows this.",
+    409: "The job is not in a status (or of a kind) that allows this.",
     413: "The request body is over the server's limit (RAYDOCK_MAX_REQUEST_BYTES).",
     422: "A parameter or the body is invalid; `details` lists each problem with its location.",
     503: "The Ray cluster did not answer.",
@@ -41,7 +41,7 @@ JOB_LINKS = {
     "GetLogs": _link("get_logs", "The job's log."),
     "ListCheckpoints": _link("list_checkpoints", "The job's checkpoints."),
     "ListWorkerGroups": _link("list_worker_groups", "The job's worker groups."),
-}  # trials, lineage and best exist for searches only (404 `not_a_search` for a train job): no link
+}  # trials, lineage and best exist for searches only (409 `not_a_search` for a train job): no link
 
 
 def job_response(description: str) -> dict[str, Any]:

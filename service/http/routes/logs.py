@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from api.errors import NotFound
 from service.http.deps import JobId, Jobs, Offset
 from service.http.openapi import errors
 
@@ -27,13 +28,16 @@ def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0
 
     async def chunks() -> AsyncIterator[str]:
         pos = offset
-        while True:
-            terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
-            text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
-            if text:
-                yield text
-            if terminal:
-                return
-            await asyncio.sleep(STREAM_POLL_S)
+        try:
+            while True:
+                terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
+                text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
+                if text:
+                    yield text
+                if terminal:
+                    return
+                await asyncio.sleep(STREAM_POLL_S)
+        except NotFound:  # deleted while followed: the stream ends
+            return
 
     return StreamingResponse(chunks(), media_type=TEXT)
