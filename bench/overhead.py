@@ -25,7 +25,7 @@ import httpx
 
 from bench import workload
 from bench.jobs import run_job
-from service.local_cluster import free_ports, start_head
+from service.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
 from service.ray_backend import ray_auth_token
 from tests.servers import ServerProcess
 
@@ -53,6 +53,7 @@ def raw_trainer(gcs_address: str, storage: str) -> dict:
 
     if ray_auth_token():
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # the head enforces the token in ~/.ray/auth_token
+    os.environ.update(SINGLE_MACHINE_ENV)  # the head listens on 127.0.0.1 only
     ray.init(address=gcs_address, log_to_driver=False)
     try:
         t0 = time.perf_counter()

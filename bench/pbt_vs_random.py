@@ -44,7 +44,7 @@ import torch  # noqa: E402
 from ray import tune  # noqa: E402
 
 from api.schemas import TuneSpec
-from service.local_cluster import start_head
+from service.local_cluster import SINGLE_MACHINE_ENV, start_head
 from trainers.data import batches, load_arrays
 from trainers.skeleton import build_optimizer, set_hyperparameters
 from trainers.models import build_model
@@ -176,6 +176,7 @@ def main() -> None:
         # Tune takes SIGINT for itself; a SIGTERM still stops the private head below.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
+            os.environ.update(SINGLE_MACHINE_ENV)  # the head listens on 127.0.0.1 only
             ray.init(address=head.gcs_address, log_to_driver=False, configure_logging=False)
             for seed in range(args.seeds):
                 for algorithm in ALGORITHMS:

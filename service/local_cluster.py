@@ -35,6 +35,10 @@ from service.ray_backend import ray_auth_token
 log = logging.getLogger("raydock")
 
 LOOPBACK = "127.0.0.1"
+# Ray's single-machine mode: the head's GCS, raylet and agents listen on 127.0.0.1, and a
+# driver started outside Ray (ray.init from a bench) needs it too, or Ray rewrites the
+# loopback GCS address to the machine's address, where nothing listens.
+SINGLE_MACHINE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # What the head (and so every job's driver and workers) may inherit from the server.
 # Anything else (RAYDOCK_* such as the API token and the database URL, cloud keys,
 # RAY_ADDRESS of another cluster) stays with the server.
@@ -202,7 +206,7 @@ def start_head(
         cmd.append(f"--num-cpus={num_cpus}")
     # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's address unless Ray
     # is in single-machine mode; in that mode GCS, raylet and agents listen on 127.0.0.1.
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(env or {})}
+    env = {**SINGLE_MACHINE_ENV, **(env or {})}
     if autoscaling_config is not None:
         config_path = state_dir / "autoscaling.json"
         config_path.write_text(json.dumps(_with_gcs_address(autoscaling_config, gcs)))
