@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -76,6 +77,34 @@ class JobRow(Base):
     attempt_started_at: Mapped[datetime | None]  # max_runtime_s counts from here, per attempt
     dropped_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_drop_reason: Mapped[str | None] = mapped_column(Text)
+    # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
+    demand_cpus: Mapped[float | None] = mapped_column(Float)  # to start (an elastic job: its min)
+    demand_gpus: Mapped[float | None] = mapped_column(Float)
+    holds_cpus: Mapped[float | None] = mapped_column(Float)  # once started (an elastic job: its max)
+    holds_gpus: Mapped[float | None] = mapped_column(Float)
+    scheduling_timeout_s: Mapped[float | None] = mapped_column(Float)
+    max_runtime_s: Mapped[float | None] = mapped_column(Float)
+    # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (
+        Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)
+        Index("ix_jobs_status_created_id", "status", "created_at", "id"),  # the same, by status
+        Index("ix_jobs_queue", "status", "priority", "queued_at", "id"),  # the queue in its order
+        Index("ix_jobs_status_finished", "status", "finished_at"),  # history retention, oldest first
+    )
+
+
+class JobLabelRow(Base):
+    """One label of a job, so label filters are an indexed lookup (the job's ``labels``
+    JSON stays the copy the API answers with)."""
+
+    __tablename__ = "job_labels"
+    __table_args__ = (Index("ix_job_labels_key_value", "key", "value"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
 
 
 class TransitionRow(Base):

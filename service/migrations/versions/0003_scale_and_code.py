@@ -18,12 +18,50 @@ branch_labels = None
 depends_on = None
 
 
+_JOB_COLUMNS = ("demand_cpus", "demand_gpus", "holds_cpus", "holds_gpus", "scheduling_timeout_s", "max_runtime_s")
+_JOB_INDEXES = {
+    "ix_jobs_created_id": ["created_at", "id"],
+    "ix_jobs_status_created_id": ["status", "created_at", "id"],
+    "ix_jobs_queue": ["status", "priority", "queued_at", "id"],
+    "ix_jobs_status_finished": ["status", "finished_at"],
+}
+
+
 def _upgrade_jobs() -> None:
-    """Queue and history: typed columns the monitor needs, labels, queue position."""
+    """Queue and history: typed columns the monitor needs, labels, queue position.
+    The typed columns of jobs stored before stay NULL: the monitor fills them from the
+    spec the first time it sees such a job (service/queue.py)."""
+    with op.batch_alter_table("jobs") as batch:
+        for name in _JOB_COLUMNS:
+            batch.add_column(sa.Column(name, sa.Float(), nullable=True))
+        batch.add_column(sa.Column("queue_position", sa.Integer(), nullable=True))
+    for name, columns in _JOB_INDEXES.items():
+        op.create_index(name, "jobs", columns)
+    labels = op.create_table(
+        "job_labels",
+        sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("key", sa.String(64), primary_key=True),
+        sa.Column("value", sa.String(256), nullable=False),
+    )
+    op.create_index("ix_job_labels_key_value", "job_labels", ["key", "value"])
+    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("labels", sa.JSON))
+    rows = [
+        {"job_id": job_id, "key": str(k), "value": str(v)}
+        for job_id, found in op.get_bind().execute(sa.select(jobs.c.id, jobs.c.labels))
+        for k, v in (found or {}).items()
+    ]
+    if rows:
+        op.bulk_insert(labels, rows)
 
 
 def _downgrade_jobs() -> None:
-    pass
+    op.drop_index("ix_job_labels_key_value", table_name="job_labels")
+    op.drop_table("job_labels")
+    for name in _JOB_INDEXES:
+        op.drop_index(name, table_name="jobs")
+    with op.batch_alter_table("jobs") as batch:
+        for name in (*_JOB_COLUMNS, "queue_position"):
+            batch.drop_column(name)
 
 
 def _upgrade_events() -> None:
