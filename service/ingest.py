@@ -198,6 +198,8 @@ class Ingest:
                 row.status, row.config = event.status, event.config or row.config
                 if event.error:
                     row.error = event.error
+                if event.note:
+                    row.note = event.note
             case ExploitEvent():
                 self._own_path(job, event.checkpoint_path)
                 if seen(s, ExploitRow, job.id, job.attempt, event.seq):

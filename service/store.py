@@ -231,6 +231,7 @@ class TrialRow(Base):
     best_metric: Mapped[float | None] = mapped_column(Float)
     last_time: Mapped[float | None] = mapped_column(Float)  # its latest epoch or step
     exploits: Mapped[int] = mapped_column(Integer, default=0)
+    note: Mapped[str | None] = mapped_column(Text)
     # (attempt, seq) of the status event applied last: older ones arriving late are ignored.
     event_attempt: Mapped[int] = mapped_column(Integer, default=0)
     event_seq: Mapped[int] = mapped_column(Integer, default=-1)

@@ -108,7 +108,7 @@ def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:
     stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
     return TrialPublic(
         trial_id=r.trial_id, status=status, config=r.config or {}, reports=r.reports, last_metrics=r.last_metrics,
-        best_metric=r.best_metric, stopped_early=stopped_early, exploits=r.exploits, error=r.error,
+        best_metric=r.best_metric, stopped_early=stopped_early, exploits=r.exploits, error=r.error, note=r.note,
     )  # fmt: skip
 
 

@@ -123,6 +123,7 @@ class TrialEvent(Event):
     status: Literal["PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"]
     config: Config = Field(default_factory=dict)
     error: Text | None = None
+    note: Text | None = None  # what the user should know about the trial that is not a failure
 
 
 class ExploitEvent(Event):

@@ -17,6 +17,9 @@ class TrialPublic(BaseModel):
     stopped_early: bool = Field(default=False, description="Ended before its budget (stopped by the scheduler).")
     exploits: int = Field(default=0, description="How many times the trial cloned another one (PBT).")
     error: str | None = Field(default=None, description="Why the trial failed, when it did.")
+    note: str | None = Field(
+        default=None, description="What to know about the trial that is not a failure, e.g. that PBT cannot carry its loop's weights."
+    )
 
 
 class TrialMetricPoint(BaseModel):

@@ -81,11 +81,14 @@ def _downgrade_code() -> None:
 
 
 def _upgrade_search() -> None:
-    """Search resume and replay."""
+    """Search resume and replay; a trial's note (e.g. PBT cannot carry a loop's weights)."""
+    with op.batch_alter_table("trials", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("note", sa.Text(), nullable=True))
 
 
 def _downgrade_search() -> None:
-    pass
+    with op.batch_alter_table("trials", schema=None) as batch_op:
+        batch_op.drop_column("note")
 
 
 def upgrade() -> None:
