@@ -19,6 +19,7 @@ import pytest
 
 from api.client import Client
 from service.local_cluster import LocalHead, ensure_token, start_head
+from tests.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
 from tests.servers import ServerProcess
 
 CLUSTER_CPUS = 4

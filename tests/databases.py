@@ -1,0 +1,155 @@
+"""The databases store tests run against: SQLite in a temp dir, and a real PostgreSQL
+server this test session starts itself (Debian's ``postgresql`` package: ``initdb`` into
+a temp dir, its own port, stopped by its pid at the end).
+
+``database_url`` is parametrized over both, so a test that takes it runs twice. A fresh
+PostgreSQL database is made for each test and dropped after it. If PostgreSQL cannot
+be started the test FAILS, saying why; set ``RAYDOCK_TEST_NO_POSTGRES=1`` to skip the
+PostgreSQL half instead (e.g. on a machine without the package).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from service.local_cluster import free_ports
+
+OPT_OUT_ENV = "RAYDOCK_TEST_NO_POSTGRES"
+PG_USER = "raydock-pg"  # initdb refuses to run as root: the server runs as this user then
+HOW_TO_GET_IT = "install it with `apt-get install postgresql` (.ci/run does), or set RAYDOCK_TEST_NO_POSTGRES=1 to skip"
+
+
+class PostgresUnavailable(RuntimeError):
+    pass
+
+
+def postgres_bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
+    if not found:
+        raise PostgresUnavailable(f"no PostgreSQL server binaries under /usr/lib/postgresql/*/bin; {HOW_TO_GET_IT}")
+    return Path(found[-1]).parent
+
+
+def _run_as() -> str | None:
+    """The user to run PostgreSQL as: ourselves, or (as root) a system user made for it."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(PG_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER], check=True, capture_output=True)
+    return PG_USER
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster: trust auth on 127.0.0.1, durability off (tests only)."""
+
+    def __init__(self) -> None:
+        self.bin = postgres_bin()
+        self.user = _run_as()
+        self.root = Path(tempfile.mkdtemp(prefix="raydock-pg-"))
+        self.port = free_ports(1)[0]
+        self.proc: subprocess.Popen | None = None
+
+    def _as_user(self) -> dict:
+        return {"user": self.user, "group": pwd.getpwnam(self.user).pw_gid} if self.user else {}
+
+    def start(self, timeout: float = 60.0) -> "PostgresServer":
+        if self.user:
+            shutil.chown(self.root, self.user)
+        data, log = self.root / "data", self.root / "server.log"
+        init = subprocess.run(
+            [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"],
+            capture_output=True, text=True, cwd=self.root, **self._as_user(),
+        )  # fmt: skip
+        if init.returncode != 0:
+            raise PostgresUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()[-2000:]}")
+        settings = {
+            "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": str(self.root),
+            "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "200",
+        }  # fmt: skip
+        args = [str(self.bin / "postgres"), "-D", str(data)] + [a for k, v in settings.items() for a in ("-c", f"{k}={v}")]
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True, **self._as_user())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise PostgresUnavailable(f"postgres exited with {self.proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                self._admin("SELECT 1")
+                return self
+            except Exception:  # noqa: BLE001 - not accepting connections yet
+                time.sleep(0.1)
+        raise PostgresUnavailable(f"postgres did not accept connections within {timeout:g}s: {log.read_text()[-2000:]}")
+
+    def _admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True, connect_timeout=5) as conn:
+            conn.execute(sql)
+
+    def url(self, dbname: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self) -> str:
+        name = "t" + uuid.uuid4().hex[:12]
+        self._admin(f"CREATE DATABASE {name}")
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The session's PostgreSQL server; a test that needs it fails if it cannot start
+    (skips only with RAYDOCK_TEST_NO_POSTGRES=1)."""
+    if os.environ.get(OPT_OUT_ENV) == "1":
+        pytest.skip(f"PostgreSQL tests skipped: {OPT_OUT_ENV}=1")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.fail("psycopg is not installed: install the dev extra (`pip install -e '.[dev]'`)", pytrace=False)
+    server = None
+    try:
+        server = PostgresServer()
+        server.start()
+    except (PostgresUnavailable, OSError, subprocess.CalledProcessError) as exc:
+        if server is not None:
+            server.stop()
+        pytest.fail(f"PostgreSQL could not be started for the store tests: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> str:
+    """A fresh, empty database: a SQLite file, or a new database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    name = server.create_database()
+    yield server.url(name)
+    server.drop_database(name)
