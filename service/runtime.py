@@ -10,6 +10,7 @@ from service.jobs import JobService
 from service.local_cluster import LocalHead, ensure_head
 from service.monitor import Monitor
 from service.ray_backend import RayBackend
+from service.retention import Policy, Retention
 from service.settings import Settings
 from service.store import make_engine, make_sessionmaker
 
@@ -22,6 +23,7 @@ class Runtime:
     service: JobService
     monitor: Monitor
     head: LocalHead | None
+    retention: Retention | None = None  # None: no retention policy set
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -41,4 +43,6 @@ def build_runtime(settings: Settings) -> Runtime:
     service = JobService(settings, sessions, RayBackend(address, autoscaler_config=settings.autoscaler_config, auth_token=head.auth_token() if head else None))
     monitor = Monitor(service)
     service.on_submit = monitor.wake
-    return Runtime(settings, service, monitor, head)
+    policy = Policy.from_settings(settings)
+    retention = Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s) if policy.is_set else None
+    return Runtime(settings, service, monitor, head, retention)

@@ -58,6 +58,22 @@ class Settings(BaseSettings):
     code_max_files: int = Field(
         default=10_000, ge=1, description="Most files and directories a job's working_dir or py_module may hold."
     )
+    max_log_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1 << 40,
+        description=(
+            "Most bytes of one job's log kept in the store: the first quarter (the head) and the newest rest (the tail); "
+            "the middle is dropped and a line in its place says how many bytes. Events in dropped text are still taken in."
+        ),
+    )
+    retention_days: float | None = Field(
+        default=None, gt=0, description="Delete finished jobs (rows and storage) this many days after they finished."
+    )
+    retention_max_finished: int | None = Field(
+        default=None, ge=0, description="Keep at most this many finished jobs, the most recently finished; delete the rest."
+    )
+    retention_interval_s: float = Field(default=60.0, gt=0, description="How often the background retention sweep runs.")
     ray_auth_token_path: Path | None = Field(
         default=None,
         validation_alias=AliasChoices("RAYDOCK_RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN_PATH"),

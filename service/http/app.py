@@ -79,12 +79,15 @@ async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
+    sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for t in (task, sweeper):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
         if runtime.head is not None:
             await asyncio.to_thread(_maybe_stop_head, runtime)
 
