@@ -70,11 +70,29 @@ class Client:
     def job(self, job_id: str) -> "Job":
         return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))
 
-    def list(self, status: JobStatus | str | None = None, labels: dict[str, str] | None = None, limit: int = 50, offset: int = 0) -> JobList:
+    def list(
+        self, status: JobStatus | str | None = None, labels: dict[str, str] | None = None, limit: int = 50, offset: int = 0,
+        cursor: str | None = None,
+    ) -> JobList:  # fmt: skip
+        """One page, newest first; pass a page's ``next`` as ``cursor`` for the one after it."""
         params: dict[str, Any] = {"limit": limit, "offset": offset, "label": [f"{k}={v}" for k, v in (labels or {}).items()]}
         if status:
             params["status"] = JobStatus(status).value
+        if cursor:
+            params["cursor"] = cursor
         return JobList.model_validate(self.request("GET", "/v1/jobs", params=params).json())
+
+    def iter_jobs(
+        self, status: JobStatus | str | None = None, labels: dict[str, str] | None = None, page_size: int = 200
+    ) -> Iterator[JobPublic]:
+        """Every matching job, newest first, page by page (following each page's cursor)."""
+        cursor = None
+        while True:
+            page = self.list(status=status, labels=labels, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next is None:
+                return
+            cursor = page.next
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())

@@ -9,6 +9,7 @@ concurrent trials, each with one driver CPU on top of its Train workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -110,13 +111,22 @@ def max_capacity(info: ClusterInfo, addable: Resources) -> Resources:
 
 # ----------------------------------------------------------------------------- the plan
 
+# What every queued job behind the first one that waits is told: it waits its turn. The
+# same words for all of them, so a moving queue rewrites no reasons (the place in the
+# queue is ``queue_position``).
+BEHIND = "waiting for resources: jobs ahead of it in the queue start first"
+
 
 @dataclass(frozen=True)
 class Queued:
+    """A waiting job as admission sees it: the typed columns filled at submit."""
+
     id: str
-    spec: JobSpec
-    priority: int
+    cpus: float
+    gpus: float
     queued_at: datetime | None
+    scheduling_timeout_s: float | None = None
+    reason: str | None = None  # its status reason now
 
 
 @dataclass(frozen=True)
@@ -130,83 +140,51 @@ class Failure:
 @dataclass
 class Plan:
     start: list[str] = field(default_factory=list)  # in this order
-    fail: list[Failure] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)  # job id -> new status reason
+    seen: set[str] = field(default_factory=set)  # the jobs it looked at; the rest wait BEHIND
 
 
-def queue_order(jobs: list[Queued]) -> list[Queued]:
-    """The one queue order: priority first, then arrival."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.queued_at or datetime.max, j.id))
-
-
-def missed_deadline(job: Queued, now: datetime) -> float | None:
-    """The job's scheduling_timeout_s when it has passed, else None."""
-    timeout = job.spec.scheduling_timeout_s
-    if timeout is None or job.queued_at is None or (now - job.queued_at).total_seconds() <= timeout:
-        return None
-    return timeout
-
-
-def plan(
-    queued: list[Queued],
-    held: list[JobSpec],
-    now: datetime,
-    cluster: ClusterInfo | None,
-    addable: Resources = (0.0, 0.0),
-    *,
-    unavailable: str | None = None,
-    reasons: dict[str, str | None] | None = None,
-) -> Plan:
-    """Which queued jobs start, fail or wait. ``held``: specs of the jobs started and
-    not ended (and those being submitted); ``cluster`` None when Ray did not answer
-    (``unavailable`` says why); ``reasons``: each queued job's current status reason,
-    so the plan lists only reasons that change."""
-    out, reasons = Plan(), reasons or {}
-
-    def say(job_id: str, reason: str) -> None:
-        if reasons.get(job_id) != reason:
-            out.reasons[job_id] = reason
-
-    waiting = []
-    for job in queue_order(queued):
-        if (timeout := missed_deadline(job, now)) is not None:
-            out.fail.append(Failure(
-                job.id, FailureCause.NO_RESOURCES, f"no resources within scheduling_timeout_s={timeout:g}",
-                f"The cluster could not start the job within {timeout:g}s ({reasons.get(job.id)}). "
-                "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
-            ))  # fmt: skip
-        else:
-            waiting.append(job)
-    if cluster is None:
-        for job in waiting:
-            say(job.id, f"waiting for the Ray cluster: {unavailable}")
-        return out
-    # A job submitted while Ray did not answer skipped the submit-time check: one that can
-    # never fit fails here instead of blocking the queue behind it for ever.
-    max_cpus, max_gpus = max_capacity(cluster, addable)
-    fitting = []
-    for job in waiting:
-        refusal = capacity_refusal(job.spec, max_cpus, max_gpus, cluster.autoscaler is not None)
-        if refusal is not None:
-            out.fail.append(Failure(job.id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
-        else:
-            fitting.append(job)
-    # Our own reservations count from the start on; Ray's free count also sees other
-    # users. What an autoscaler can still add counts as free: a started job's pending
-    # demand asks for it.
-    holding = [holds(spec) for spec in held]
-    free_cpus = min(cluster.cpus_total - sum(h[0] for h in holding), cluster.cpus_free) + addable[0]
-    free_gpus = min(cluster.gpus_total - sum(h[1] for h in holding), cluster.gpus_free) + addable[1]
-    blocked = 0
-    for job in fitting:
-        cpus, gpus = demand(job.spec)
-        # Strict queue order: once one job waits, every later one waits behind it.
-        if blocked or cpus > free_cpus + EPS or gpus > free_gpus + EPS:
-            ahead = f"; {blocked} job(s) ahead of it in the queue" if blocked else ""
-            say(job.id, f"waiting for resources: needs {cpus:g} CPUs / {gpus:g} GPUs, "
-                        f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free{ahead}")  # fmt: skip
-            blocked += 1
+def overdue(candidates: Iterable[Queued], now: datetime) -> list[Failure]:
+    """The queued jobs whose scheduling_timeout_s has passed, as failures."""
+    out = []
+    for job in candidates:
+        timeout = job.scheduling_timeout_s
+        if timeout is None or job.queued_at is None or (now - job.queued_at).total_seconds() <= timeout:
             continue
+        out.append(Failure(
+            job.id, FailureCause.NO_RESOURCES, f"no resources within scheduling_timeout_s={timeout:g}",
+            f"The cluster could not start the job within {timeout:g}s ({job.reason}). "
+            "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
+        ))  # fmt: skip
+    return out
+
+
+def free(cluster: ClusterInfo, held: list[Resources], addable: Resources) -> Resources:
+    """What the queue may still use. Our own reservations count from the start on; Ray's
+    free count also sees other users. What an autoscaler can still add counts as free: a
+    started job's pending demand asks for it."""
+    cpus = min(cluster.cpus_total - sum(h[0] for h in held), cluster.cpus_free) + addable[0]
+    gpus = min(cluster.gpus_total - sum(h[1] for h in held), cluster.gpus_free) + addable[1]
+    return cpus, gpus
+
+
+def plan(queue: Iterable[Queued], available: Resources) -> Plan:
+    """Which jobs of ``queue`` (in queue order, those that can ever fit) start now with
+    ``available`` (CPUs, GPUs) free. One pass that stops at the first job that does not
+    fit: a later job never overtakes a waiting one, so the rest of the queue (which the
+    caller need not even read) waits ``BEHIND`` it. Lists only reasons that change."""
+    out = Plan()
+    free_cpus, free_gpus = available
+    for job in queue:
+        out.seen.add(job.id)
+        if job.cpus > free_cpus + EPS or job.gpus > free_gpus + EPS:
+            reason = (
+                f"waiting for resources: needs {job.cpus:g} CPUs / {job.gpus:g} GPUs, "
+                f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free"
+            )
+            if job.reason != reason:
+                out.reasons[job.id] = reason
+            break
         out.start.append(job.id)
-        free_cpus, free_gpus = free_cpus - cpus, free_gpus - gpus
+        free_cpus, free_gpus = free_cpus - job.cpus, free_gpus - job.gpus
     return out

@@ -182,7 +182,7 @@ def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
 def list_jobs(
     status: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this status.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(help="key=value filter; repeatable.")] = None,
-    limit: int = 50,
+    limit: Annotated[int, typer.Option(min=1, help="Most jobs to show (pages are followed).")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
@@ -190,16 +190,20 @@ def list_jobs(
     """List jobs, newest first."""
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
     with _client(url, token) as client:
-        page = client.list(status=status, labels=labels, limit=limit)
+        page = client.list(status=status, labels=labels, limit=min(limit, 1000))
+        items = list(page.items)
+        while page.next is not None and len(items) < limit:
+            page = client.list(status=status, labels=labels, limit=min(limit - len(items), 1000), cursor=page.next)
+            items += page.items
     if as_json:
-        console.print_json(page.model_dump_json())
+        console.print_json(page.model_copy(update={"items": items, "limit": limit}).model_dump_json())
         return
     table = Table("ID", "NAME", "STATUS", "CREATED", "LAST METRICS")
-    for j in page.items:
+    for j in items:
         last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in (j.latest_metrics or {}).items() if k in ("epoch", "step", "train_loss", "val_acc"))
         table.add_row(j.id, j.name, j.status.value, j.created_at.strftime("%Y-%m-%d %H:%M:%S"), last)
     console.print(table)
-    console.print(f"{len(page.items)} of {page.total}")
+    console.print(f"{len(items)} of {page.total}")
 
 
 @app.command()
@@ -343,6 +347,36 @@ def _jsonable(value):
 
 
 # --- end of a search's trials
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    days: Annotated[Optional[float], typer.Option(min=0, help="Finished more than this many days ago (default RAYDOCK_RETENTION_DAYS).")] = None,
+    max_finished: Annotated[Optional[int], typer.Option(min=0, help="Keep this many finished jobs, the newest (default RAYDOCK_RETENTION_MAX_FINISHED).")] = None,
+    show: Annotated[int, typer.Option(min=0, help="How many of the jobs to list.")] = 20,
+) -> None:
+    """Delete finished jobs past the retention policy, with their rows and storage. Works
+    on the server's store directly (same RAYDOCK_* settings as `serve`); safe while it runs."""
+    from service.retention import Policy, Retention
+    from service.settings import Settings
+    from service.store import make_engine, make_sessionmaker
+
+    settings = Settings()
+    configured = Policy.from_settings(settings)
+    policy = Policy(days if days is not None else configured.days, max_finished if max_finished is not None else configured.max_finished)
+    if not policy.is_set:
+        _fail("no retention policy: set RAYDOCK_RETENTION_DAYS / RAYDOCK_RETENTION_MAX_FINISHED, or pass --days / --max-finished")
+    retention = Retention(make_sessionmaker(make_engine(settings.resolved_database_url)), settings.resolved_storage_path, policy)
+    doomed, total = retention.due(limit=show)
+    table = Table("ID", "NAME", "STATUS", "FINISHED")
+    for d in doomed:
+        table.add_row(d.id, d.name, d.status, d.finished_at.strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table)
+    if dry_run:
+        console.print(f"would delete {total} finished job(s) ({policy}); {len(doomed)} listed")
+        return
+    console.print(f"deleted {retention.sweep()} finished job(s) ({policy})")
 
 
 if __name__ == "__main__":

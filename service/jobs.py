@@ -16,14 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
 from api.schemas import CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
-from service import admission, lifecycle, storage, user_code
+from service import admission, lifecycle, listing, queue, storage, user_code
 from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, count, utcnow
 
 
-def to_public(job: JobRow, queue_position: int | None = None) -> JobPublic:
+def to_public(job: JobRow) -> JobPublic:
     failed = job.status == JobStatus.FAILED.value
     return JobPublic(
         id=job.id,
@@ -41,16 +41,11 @@ def to_public(job: JobRow, queue_position: int | None = None) -> JobPublic:
         attempt=job.attempt,
         ray_job_id=job.ray_job_id,
         latest_metrics=job.latest_metrics,
-        queue_position=queue_position if job.status == JobStatus.QUEUED.value else None,
+        queue_position=job.queue_position if job.status == JobStatus.QUEUED.value and job.submission_id is None else None,
         dropped_events=job.dropped_events or 0,
         last_dropped_reason=job.last_drop_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
     )
-
-
-def queue_order(query):
-    """The queue order in SQL (``admission.queue_order`` is the same on values)."""
-    return query.order_by(JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
 
 
 def body_hash(spec: JobSpec) -> str:
@@ -97,7 +92,7 @@ class JobService:
             status_reason="waiting to be scheduled",
             labels=spec.labels,
             spec=spec.model_dump(mode="json"),
-            priority=getattr(spec, "priority", 0),
+            **queue.typed_columns(spec),
             idempotency_key=idempotency_key,
             idempotency_hash=digest if idempotency_key else None,
             queued_at=utcnow(),
@@ -105,13 +100,15 @@ class JobService:
         try:
             with self.sessions.begin() as s:
                 s.add(job)
+                s.flush()  # the job row first: its labels refer to it
+                s.add_all(queue.label_rows(job.id, spec.labels))
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
                 return existing, False
             raise
         self.on_submit()
-        return self.get(job.id), True
+        return to_public(job), True
 
     def _by_key(self, key: str, digest: str) -> JobPublic | None:
         with self.sessions() as s:
@@ -134,26 +131,17 @@ class JobService:
             raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
         return job
 
-    def _positions(self, s: Session) -> dict[str, int]:
-        q = select(JobRow.id).where(JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_(None))
-        return {job_id: i + 1 for i, job_id in enumerate(s.scalars(queue_order(q)).all())}
-
     def get(self, job_id: str) -> JobPublic:
         with self.sessions() as s:
-            job = self._job(s, job_id)
-            return to_public(job, self._positions(s).get(job_id) if job.status == JobStatus.QUEUED.value else None)
+            return to_public(self._job(s, job_id))  # the queue position is stored by the monitor
 
-    def list(self, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int) -> JobList:
+    def list(
+        self, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None
+    ) -> JobList:
+        """Newest first; ``cursor`` (a page's ``next``) continues after that page."""
         with self.sessions() as s:
-            q = select(JobRow)
-            if status is not None:
-                q = q.where(JobRow.status == status.value)
-            rows = s.scalars(q.order_by(JobRow.created_at.desc(), JobRow.id)).all()
-            # Label filters are few and jobs per page small; filtering here keeps the SQL portable.
-            rows = [r for r in rows if all((r.labels or {}).get(k) == v for k, v in labels.items())]
-            positions = self._positions(s)
-            items = [to_public(r, positions.get(r.id)) for r in rows[offset : offset + limit]]
-            return JobList(items=items, total=len(rows), limit=limit, offset=offset)
+            rows, total, after = listing.page(s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
+            return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
     def metrics(self, job_id: str, since: int = -1) -> list[MetricPoint]:
         with self.sessions() as s:
@@ -209,7 +197,7 @@ class JobService:
                 if status == JobStatus.QUEUED:
                     # A submit in flight (submission_id set) finds the job CANCELLED and
                     # stops what Ray accepted; reconciliation catches it if that fails.
-                    gone = {"submission_id": None}  # the submit's confirm then finds it gone
+                    gone = {"submission_id": None, "queue_position": None}  # the submit's confirm then finds it gone
                     if lifecycle.transition(s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone):
                         break
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
@@ -236,7 +224,7 @@ class JobService:
             has_checkpoint = count(s, CheckpointRow, CheckpointRow.job_id == job_id)
             reason = "resumed from its last checkpoint" if has_checkpoint else "resumed (no checkpoint yet: starts from scratch)"
             # The ended attempt's driver can no longer push; the next attempt gets a new token.
-            fresh = {"events_token_hash": None, "submission_id": None}
+            fresh = {"events_token_hash": None, "submission_id": None, "queue_position": None}
             if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason, also=fresh):
                 raise Conflict(f"Job {job_id} changed while it was being resumed; try again.", code="job_not_resumable")
         self.on_submit()

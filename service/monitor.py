@@ -20,10 +20,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
-from service import admission, lifecycle
+from service import admission, lifecycle, queue
 from service.attempts import ACTIVE, Attempts
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
@@ -136,45 +136,79 @@ class Monitor:
     # ------------------------------------------------------------------ admission
 
     def admit(self) -> None:
-        """Apply admission's plan: start what fits in queue order, fail what never can
-        or missed its deadline, say why the rest wait."""
+        """Apply admission: fail what missed its deadline or can never fit, start what
+        fits in queue order (reading the queue's head only), say why the rest wait, and
+        store every waiting job's place. Reads the typed columns filled at submit; what it
+        writes is only what changed."""
         with self.sessions() as s:
-            queued = s.scalars(select(JobRow).where(JobRow.status == JobStatus.QUEUED.value)).all()
-            active = s.scalars(select(JobRow).where(JobRow.status.in_(ACTIVE))).all()
-        # A job whose submit is under way (or was cut short: its submission id is fixed)
-        # holds its resources already and is submitted again with the same id.
-        in_flight = [j for j in queued if j.submission_id is not None]
-        specs = {j.id: _spec(j) for j in [*queued, *active]}
-        held = [specs[j.id] for j in [*active, *in_flight] if specs[j.id] is not None]
-        for job in in_flight:
-            self._dispatch(job.id)
-        unreadable = [j.id for j in queued if j.submission_id is None and specs[j.id] is None]
-        waiting = [
-            admission.Queued(j.id, specs[j.id], j.priority, aware(j.queued_at) if j.queued_at else None)
-            for j in queued
-            if j.submission_id is None and specs[j.id] is not None
-        ]
-        if unreadable:
-            self._fail_unreadable(unreadable)
-        if not waiting:
-            return
-        reasons = {j.id: j.status_reason for j in queued}
+            self._type_old_jobs(s)
+            # A job whose submit is under way (or was cut short: its submission id is fixed)
+            # holds its resources already and is submitted again with the same id.
+            in_flight = s.scalars(select(JobRow.id).where(JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_not(None))).all()
+            held = queue.held(s, ACTIVE)
+            late = admission.overdue(queue.with_deadline(s), utcnow())
+        for job_id in in_flight:
+            self._dispatch(job_id)
         try:
             info, extra = self.backend.capacity()
-            plan = admission.plan(waiting, held, utcnow(), info, extra, reasons=reasons)
         except ClusterUnavailable as exc:
-            plan = admission.plan(waiting, held, utcnow(), None, unavailable=str(exc), reasons=reasons)
+            self._fail_queued(late)
+            with self.sessions.begin() as s:
+                queue.tell_the_rest(s, f"waiting for the Ray cluster: {exc}", exclude=set())
+                queue.store_positions(s)
+            return
+        # A job submitted while Ray did not answer skipped the submit-time check: one that can
+        # never fit fails here instead of blocking the queue behind it for ever.
+        max_cpus, max_gpus = admission.max_capacity(info, extra)
+        with self.sessions() as s:
+            too_big = queue.never_fit(s, max_cpus, max_gpus)
+        self._fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None))
         with self.sessions.begin() as s:
-            for f in plan.fail:
+            plan = admission.plan(queue.head(s, skip={f.job_id for f in late} | set(too_big)), admission.free(info, held, extra))
+            for job_id, reason in plan.reasons.items():
+                s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
+            queue.tell_the_rest(s, admission.BEHIND, exclude=plan.seen)
+            queue.store_positions(s)
+        for job_id in plan.start:
+            self._dispatch(job_id)
+
+    def _type_old_jobs(self, s) -> None:
+        """Jobs stored before the typed columns existed get them once (unreadable queued
+        ones fail alone; the rest of the queue goes on)."""
+        untyped = queue.untyped(s, (JobStatus.QUEUED.value, *ACTIVE))
+        if not untyped:
+            return
+        unreadable = []
+        with self.sessions.begin() as w:
+            for job_id, spec in untyped:
+                parsed = _spec(job_id, spec)
+                if parsed is None:
+                    unreadable.append(job_id)
+                else:
+                    w.execute(update(JobRow).where(JobRow.id == job_id).values(**queue.typed_columns(parsed)))
+        if unreadable:
+            self._fail_unreadable(unreadable)
+
+    def _refusals(self, job_ids: list[str], max_cpus: float, max_gpus: float, has_autoscaler: bool) -> list[admission.Failure]:
+        """Why each of these jobs can never fit (their specs read once, as they fail)."""
+        out = []
+        with self.sessions() as s:
+            specs = dict(s.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(job_ids))).all()) if job_ids else {}
+        for job_id, spec in specs.items():
+            parsed = _spec(job_id, spec)
+            refusal = admission.capacity_refusal(parsed, max_cpus, max_gpus, has_autoscaler) if parsed else None
+            if refusal is not None:
+                out.append(admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
+        return out
+
+    def _fail_queued(self, failures: list[admission.Failure]) -> None:
+        if not failures:
+            return
+        with self.sessions.begin() as s:
+            for f in failures:
                 job = s.get(JobRow, f.job_id)
                 if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
                     lifecycle.fail(s, job, f.cause, f.error, reason=f.reason)
-            for job_id, reason in plan.reasons.items():
-                job = s.get(JobRow, job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value:
-                    job.status_reason = reason
-        for job_id in plan.start:
-            self._dispatch(job_id)
 
     def _fail_unreadable(self, job_ids: list[str]) -> None:
         # A record this server cannot read (e.g. stored by another version) fails alone;
@@ -250,8 +284,7 @@ class Monitor:
         CANCELLING with the TIMEOUT recorded, so the STOPPED that follows reads as one."""
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
-            limit = parse_job_spec(job.spec).max_runtime_s
-            since = job.attempt_started_at
+            limit, since = job.max_runtime_s, job.attempt_started_at
             if limit is None or since is None or (utcnow() - aware(since)).total_seconds() <= limit:
                 return False
             error = f"The job ran longer than max_runtime_s={limit:g} and was stopped. Raise max_runtime_s if it needs longer."
@@ -260,9 +293,9 @@ class Monitor:
         return True
 
 
-def _spec(job: JobRow) -> JobSpec | None:
+def _spec(job_id: str, spec: dict) -> JobSpec | None:
     try:
-        return parse_job_spec(job.spec)
+        return parse_job_spec(spec)
     except ValueError:  # pydantic's ValidationError included
-        log.warning("job %s: its stored spec no longer validates", job.id)
+        log.warning("job %s: its stored spec no longer validates", job_id)
         return None

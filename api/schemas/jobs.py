@@ -29,7 +29,9 @@ class JobPublic(BaseModel):
     attempt: int = Field(default=0, description="Number of times the job has been started.")
     ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
     latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
-    queue_position: int | None = Field(default=None, description="1-based place in the queue while QUEUED.")
+    queue_position: int | None = Field(
+        default=None, description="1-based place in the queue while QUEUED, as of the monitor's last pass (null until then)."
+    )
     dropped_events: int = Field(
         default=0, description="Events from the job's driver that did not validate and were ignored."
     )
@@ -47,9 +49,14 @@ class RestartInfo(BaseModel):
 
 class JobList(BaseModel):
     items: list[JobPublic]
-    total: int
+    total: int = Field(description="Jobs matching the filters, in all.")
     limit: int
     offset: int
+    next: str | None = Field(
+        default=None,
+        description="Cursor of the next page (pass it as `cursor`); null on the last page. Pages stay complete "
+        "and in order while jobs are added: newer jobs sort before the first page.",
+    )
 
 
 class MetricPoint(BaseModel):

@@ -14,6 +14,7 @@ from sqlalchemy.orm import sessionmaker
 from api.errors import Unauthorized
 from api.schemas import INT64_MAX
 from service.jobs import JobService
+from service.listing import MAX_CURSOR_CHARS
 from service.settings import Settings
 from service.trials import TrialService
 
@@ -47,6 +48,9 @@ TrialId = Annotated[str, Path(pattern=ID_PATTERN, description="The trial id (as 
 CheckpointId = Annotated[int, Path(ge=0, le=INT64_MAX, description="The checkpoint id (as listed by GET /v1/jobs/{job_id}/checkpoints).")]
 Since = Annotated[int, Query(ge=-1, le=INT64_MAX, description="Only entries with seq > since; -1 for all.")]
 Offset = Annotated[int, Query(ge=0, le=INT64_MAX, description="Characters (logs) or items (lists) to skip.")]
+Cursor = Annotated[
+    str | None, Query(max_length=MAX_CURSOR_CHARS, description="The `next` of the previous page; leave out to start at the newest.")
+]
 
 
 def existing_job(jobs: Jobs, job_id: JobId) -> str:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import StringConstraints
 
 from api.schemas import MAX_LABELS, JobList, JobPublic, JobSpec, JobStatus
-from service.http.deps import JobId, Jobs, Offset
+from service.http.deps import Cursor, JobId, Jobs, Offset
 from service.http.openapi import errors, job_response
 
 router = APIRouter(tags=["jobs"])
@@ -53,9 +53,11 @@ def list_jobs(
     ] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Offset = 0,
+    cursor: Cursor = None,
 ) -> JobList:
+    """Jobs, newest first. Page with `cursor` (each page's `next`): the same cost at any depth."""
     labels = dict(item.split("=", 1) for item in label)
-    return jobs.list(status=status, labels=labels, limit=limit, offset=offset)
+    return jobs.list(status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={200: job_response("The job."), **errors(404, 422)})

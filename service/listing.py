@@ -1,0 +1,73 @@
+"""Listing jobs, newest first, in SQL: status and label filters on indexes, and keyset
+pages. A page's ``next`` cursor names the last job it holds (its ``created_at`` and id),
+and the next page starts right after it, so paging stays complete and stable while jobs
+are added (new jobs sort before the cursor) and costs the same at any depth."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime, timezone
+
+from sqlalchemy import Select, exists, func, select, tuple_
+from sqlalchemy.orm import Session
+
+from api.errors import InvalidSpec
+from api.schemas import JobStatus
+from service.store import JobLabelRow, JobRow, aware
+
+MAX_CURSOR_CHARS = 200
+
+
+def encode_cursor(created_at: datetime, job_id: str) -> str:
+    raw = json.dumps([aware(created_at).isoformat(), job_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor names; a cursor this server did not hand out is a 422."""
+    bad = InvalidSpec(
+        "The cursor is not one this server handed out. Pass the `next` value of the previous page as it was, "
+        "or leave `cursor` out to start from the newest job.",
+        code="invalid_cursor",
+        details=[{"loc": "query.cursor", "msg": "invalid cursor"}],
+    )
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise bad
+    try:
+        at, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        created_at = datetime.fromisoformat(at)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(job_id, str) or len(job_id) > 32:
+        raise bad
+    return (created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc)), job_id
+
+
+def filtered(query: Select, status: JobStatus | None, labels: dict[str, str]) -> Select:
+    """``query`` restricted to jobs in ``status`` carrying every ``key=value`` of ``labels``
+    (a job matches a label when it has that key with exactly that value)."""
+    if status is not None:
+        query = query.where(JobRow.status == status.value)
+    for key, value in labels.items():
+        query = query.where(
+            exists().where(JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key, JobLabelRow.value == value)
+        )
+    return query
+
+
+def page(
+    s: Session, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None
+) -> tuple[list[JobRow], int, str | None]:
+    """One page of jobs (newest first), how many match in all, and the cursor of the
+    next page (None on the last)."""
+    q = filtered(select(JobRow), status, labels)
+    if cursor:
+        created_at, job_id = decode_cursor(cursor)
+        q = q.where(tuple_(JobRow.created_at, JobRow.id) < tuple_(created_at, job_id))
+    rows = list(s.scalars(q.order_by(JobRow.created_at.desc(), JobRow.id.desc()).offset(offset).limit(limit + 1)))
+    total = int(s.scalar(filtered(select(func.count()).select_from(JobRow), status, labels)) or 0)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, total, encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
