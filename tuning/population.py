@@ -7,7 +7,8 @@ which restarts its whole Train run at every round.
 
 One ``Population`` actor per search lives in the search driver's job (it goes with it);
 the driver tells it which trials run (a clone restarting from its donor counts), each
-trial's trainable tells it how far it got.
+trial's trainable tells it how far it got. ``LoopEnd`` is the budget of a population
+whose loop's own end is its budget.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import time
 
 import ray
+from ray import tune
 
 POLL_S = 0.2
 # Longest a trial waits for stragglers: a trial that cannot start in this long is
@@ -42,9 +44,9 @@ class Population:
 class Alignment:
     """The trainable's side: after forwarding a report, wait at perturbation points."""
 
-    def __init__(self, population, trial_id: str, interval: float, budget: float) -> None:
+    def __init__(self, population, trial_id: str, interval: float, budget: float | None) -> None:
         self.population, self.trial_id = population, trial_id
-        self.interval, self.budget = interval, budget
+        self.interval, self.budget = interval, float("inf") if budget is None else budget
         self.last: float | None = None
 
     def after_report(self, time_: float) -> None:
@@ -57,3 +59,22 @@ class Alignment:
         deadline = time.monotonic() + ALIGN_TIMEOUT_S
         while time.monotonic() < deadline and ray.get(self.population.slowest.remote()) < point:
             time.sleep(POLL_S)
+
+
+class LoopEnd(tune.Stopper):
+    """The budget of a population whose loop's own end is its budget: the reports the
+    first trial made when its loop returned. A PBT clone of a loop that never restores
+    from a checkpoint runs the loop from its start again while its count goes on from
+    the donor's, so without this it could be cloned, and start over, forever."""
+
+    def __init__(self) -> None:
+        self.length: int | None = None
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        count = result.get("training_iteration", 0)
+        if result.get("done") and self.length is None:
+            self.length = count
+        return self.length is not None and count >= self.length
+
+    def stop_all(self) -> bool:
+        return False

@@ -12,10 +12,14 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
-from tuning.population import Population
+from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
 from tuning.trial import run_trial
+
+
+# Tune's own default horizon of ASHA, for a search whose loop's end is its budget.
+ASHA_MAX_T = 100
 
 
 def domain(dist: Any) -> Any:
@@ -41,10 +45,10 @@ def mutation(dist: Any) -> Any:
 
 
 def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
-    unit, budget = spec.budget.unit, spec.budget.amount
+    unit, budget = spec.unit, spec.budget_amount
     if spec.algorithm == "asha":
         return ASHAScheduler(
-            time_attr=unit, max_t=budget, grace_period=spec.asha.grace_period,
+            time_attr=unit, max_t=budget or ASHA_MAX_T, grace_period=spec.asha.grace_period,
             reduction_factor=spec.asha.reduction_factor, brackets=spec.asha.brackets,
         )  # fmt: skip
     if spec.algorithm not in ("pbt", "pb2"):
@@ -69,6 +73,14 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
         perturbation_factors=tuple(options.perturbation_factors),
         **common,
     )
+
+
+def stopper(spec: TuneSpec) -> dict[str, int] | LoopEnd | None:
+    """The budget; without one the loop's own end, which a PBT clone of a loop that
+    cannot restore would never reach (it starts the loop over at the donor's count)."""
+    if spec.budget is not None:
+        return {spec.unit: spec.budget_amount}
+    return LoopEnd() if spec.algorithm in ("pbt", "pb2") else None
 
 
 def searcher(spec: TuneSpec) -> Searcher | BasicVariantGenerator | None:
@@ -121,7 +133,7 @@ def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvent
             name=job_id,
             storage_path=storage_path,
             callbacks=[SearchCallback(out, population)],
-            stop={spec.budget.unit: spec.budget.amount},
+            stop=stopper(spec),
             failure_config=tune.FailureConfig(max_failures=0),
             # Every checkpoint is kept: PBT may clone any trial's latest one, and one
             # deleted while a clone restores from it fails the clone.

@@ -24,6 +24,13 @@ from trainers.failures import Failure, classify, report_failure
 from trainers.launch import read_launch
 from tuning.search import build_tuner, trial_runs_path
 from tuning.search_events import SearchEvents
+from tuning.trial import restores_from_checkpoint
+
+NO_RESTORE_NOTE = (
+    "PBT exploits cannot carry weights for this loop: {entrypoint} never calls ray.train.get_checkpoint(), "
+    "so a trial that clones another starts the loop over with the donor's hyperparameters only. "
+    "Restore the model (and optimizer) from ray.train.get_checkpoint() at the loop's start to continue from the donor."
+)
 
 
 def main() -> int:
@@ -35,6 +42,9 @@ def main() -> int:
 
 def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     out = SearchEvents(spec.metric, spec.mode)
+    if spec.algorithm in ("pbt", "pb2") and not restores_from_checkpoint(spec.base):
+        out.note = NO_RESTORE_NOTE.format(entrypoint=spec.base.entrypoint)
+        print(out.note, file=sys.stderr, flush=True)
     try:
         ray.init(address="auto", log_to_driver=True)
         results = build_tuner(spec, job_id, storage_path, out).fit()

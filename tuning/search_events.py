@@ -26,7 +26,8 @@ from api.schemas import BestTrialEvent, Event, ExploitEvent, MetricEvent, TrialE
 from trainers import events
 
 # Tune's own bookkeeping in a result, beyond what the trial's loop reported.
-TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "should_checkpoint", "__duplicate__"}
+# Its count of reports stays: the time axis of a loop that reports neither epoch nor step.
+TUNE_KEYS = (frozenset(AUTO_RESULT_KEYS) - {"training_iteration"}) | {"done", "trial_id", "experiment_tag", "should_checkpoint", "__duplicate__"}
 ERROR_TAIL_CHARS = 3000
 
 
@@ -40,6 +41,7 @@ class SearchEvents:
         self.seq = 0
         self.metric_seq = 0
         self.best: dict[str, Any] | None = None
+        self.note: str | None = None  # sent with every trial status (tuning.search_driver sets it)
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.RLock()
 
@@ -65,7 +67,9 @@ class SearchEvents:
 
     def trial(self, trial_id: str, status: str, config: dict[str, Any], error: str | None = None) -> None:
         config = jsonable(config)
-        self._send(lambda seq: TrialEvent(type="trial", seq=seq, trial_id=trial_id, status=status, config=config, error=error))
+        self._send(lambda seq: TrialEvent(
+            type="trial", seq=seq, trial_id=trial_id, status=status, config=config, error=error, note=self.note,
+        ))  # fmt: skip
 
     def exploit(self, **fields: Any) -> None:
         """Tune asks the scheduler before it tells the callbacks, so an exploit is

@@ -23,13 +23,14 @@ from ray.train import CheckpointConfig, RunConfig, UserCallback
 from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
-from api.schemas import TrainSpec, TuneSpec
+from api.schemas import REPORTS_UNIT, TrainSpec, TuneSpec
 from trainers.failures import classify
 from trainers.ray_compat import seed_checkpoint
-from trainers.trainer import build_trainer
+from trainers.trainer import build_trainer, load_entrypoint
 from tuning.population import Alignment
 
 POLL_S = 0.2
+REPORTS_KEY = "raydock_reports"
 
 
 class ForwardReports(UserCallback):
@@ -78,6 +79,18 @@ def trial_trainer(
     )
 
 
+def restores_from_checkpoint(spec: TrainSpec) -> bool:
+    """Whether the loop resumes from ``ray.train.get_checkpoint()``: the built-in ones
+    do; for user code, whether its module asks for one (when its source can be read)."""
+    if not spec.is_user_code:
+        return True
+    try:
+        source = inspect.getsource(inspect.getmodule(load_entrypoint(spec.entrypoint)))
+    except (OSError, TypeError, ImportError, AttributeError):
+        return True  # unknown: claim nothing
+    return "get_checkpoint" in source
+
+
 def _partial(fn: Callable, loop: Callable, checkpoint) -> Callable[[dict], Any]:
     def train_loop_per_worker(config: dict) -> Any:
         return fn(loop, checkpoint, config)
@@ -89,17 +102,21 @@ def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str
     """The trainable: ``config`` holds this trial's values (dotted path -> value)."""
     search = TuneSpec.model_validate(spec)
     trial_spec = search.trial_spec(config)
-    unit = search.budget.unit
+    unit = search.unit
     trial_id = tune.get_context().get_trial_id()
     # A fresh Train run name per start: Train V2 resumes a run of the same name from
     # its own last checkpoint, but a clone must start from its donor's.
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
-    trainer = trial_trainer(trial_spec, run_name, storage_path, queue, tune.get_checkpoint())
+    start = tune.get_checkpoint()
+    trainer = trial_trainer(trial_spec, run_name, storage_path, queue, start)
+    # Tune's count of this trial's reports (its training_iteration) goes on from the
+    # checkpoint it restarts from; each checkpoint carries the count it was reported at.
+    reports = int((start.get_metadata() if start is not None else {}).get(REPORTS_KEY, 0))
 
     align = None
     if population is not None:
-        align = Alignment(population, trial_id, search.pbt.perturbation_interval, search.budget.amount)
+        align = Alignment(population, trial_id, search.pbt.perturbation_interval, search.budget_amount)
     failure: list[BaseException] = []
     done = threading.Event()
 
@@ -120,18 +137,20 @@ def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str
                 break
             continue
         _check_report(metrics, search.metric, unit)
+        reports += 1
         if checkpoint is not None:
             checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+            checkpoint.set_metadata({REPORTS_KEY: reports})
         tune.report(metrics, checkpoint=checkpoint)
         if align is not None:
-            align.after_report(metrics[unit])
+            align.after_report(reports if unit == REPORTS_UNIT else metrics[unit])
     if failure:
         why = classify(failure[0])
         raise RuntimeError(f"{why.message}\n{why.traceback}") from None
 
 
 def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:
-    missing = [k for k in (metric, unit) if k not in metrics]
+    missing = [k for k in (metric, unit) if k not in metrics and k != REPORTS_UNIT]
     if missing:
         raise ValueError(
             f"the trial's loop reported {sorted(metrics)} without {' and '.join(repr(k) for k in missing)}. "

@@ -27,6 +27,7 @@ from api.schemas.common import (
     NonNegInt64,
     Strict,
 )
+from api.schemas.code import CODE_REF_PREFIX, CODE_REF_RE, SHA256_RE, CodeLimits, CodePackagePublic
 from api.schemas.data import DataSpec, DigitsData, SyntheticData, TabularData, TextData
 from api.schemas.events import (
     BestTrialEvent,
@@ -73,7 +74,8 @@ from api.schemas.scaling import (
 from api.schemas.search_space import CONTINUOUS, Choice, Distribution, Grid, LogUniform, Uniform, apply_values, clip_to_space
 from api.schemas.train import CheckpointSpec, FailureSpec, OptimizerSpec, ReportSpec, TrainSpec
 from api.schemas.trials import BestTrialPublic, ExploitPublic, TrialCheckpoint, TrialMetricPoint, TrialPublic
-from api.schemas.tune import CLASSIFIER_METRICS, FIXED_FIELDS, MAX_TRIALS, ASHAOptions, PBTOptions, TrialBudget, TuneSpec
+from api.schemas.search_options import REPORTS_UNIT, ASHAOptions, PBTOptions, TrialBudget
+from api.schemas.tune import CLASSIFIER_METRICS, FIXED_FIELDS, MAX_TRIALS, TuneSpec
 
 __all__ = [name for name in dir() if not name.startswith("_") and name[0].isupper() or name in {
     "apply_values", "clip_to_space", "coerce_num_workers", "elastic_problems", "event_json", "event_line",

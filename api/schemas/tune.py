@@ -18,11 +18,11 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.search_options import MAX_SEARCHED_FIELDS, REPORTS_UNIT, ASHAOptions, PBTOptions, TrialBudget
 from api.schemas.search_space import CONTINUOUS, Distribution, Grid, apply_values
 from api.schemas.train import MAX_DURATION_S, TrainSpec
 
 MAX_TRIALS = 10_000
-MAX_SEARCHED_FIELDS = 64
 
 # Fields of the base spec a search may not vary, and why (the message says what to do).
 FIXED_FIELDS = {
@@ -34,6 +34,7 @@ FIXED_FIELDS = {
     "scheduling_timeout_s": "a job-level field; set it on the tune job",
     "entrypoint": "the code every trial runs",
     "working_dir": "the code every trial runs",
+    "code": "the code every trial runs",
     "runtime_env": "the environment every trial runs in",
     "scaling": "every trial holds the same resources (the cluster budget is checked against them); set base.scaling",
     "epochs": "the trial budget; set budget.epochs",
@@ -43,66 +44,6 @@ FIXED_FIELDS = {
 }
 # What the built-in classifiers report at every epoch (trainers/skeleton.py).
 CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
-
-
-# ----------------------------------------------------------------------------- options
-
-
-class TrialBudget(Strict):
-    epochs: int | None = Field(default=None, ge=1, le=100_000, description="Epochs each trial trains at most.")
-    steps: int | None = Field(default=None, ge=1, le=100_000_000, description="Optimizer steps each trial trains at most.")
-
-    @model_validator(mode="after")
-    def _one_unit(self) -> "TrialBudget":
-        if (self.epochs is None) == (self.steps is None):
-            raise ValueError("give exactly one of budget.epochs or budget.steps")
-        return self
-
-    @property
-    def unit(self) -> str:
-        """The reported metric that counts the budget, and the schedulers' time axis."""
-        return "epoch" if self.epochs is not None else "step"
-
-    @property
-    def amount(self) -> int:
-        return self.epochs if self.epochs is not None else self.steps
-
-
-class PBTOptions(Strict):
-    perturbation_interval: int | None = Field(
-        default=None, ge=1, le=100_000_000,
-        description="Budget units (epochs or steps) between exploit/explore decisions; default a quarter of the budget.",
-    )  # fmt: skip
-    burn_in_period: int = Field(default=0, ge=0, le=100_000_000, description="Budget units before the first perturbation.")
-    quantile_fraction: float = Field(
-        default=0.25, gt=0.0, le=0.5,
-        description="Share of the population at the bottom that clones a trial from the top share of the same size.",
-    )  # fmt: skip
-    resample_probability: float = Field(
-        default=0.25, ge=0.0, le=1.0,
-        description="Chance that an explored value is drawn anew from its distribution instead of perturbed.",
-    )  # fmt: skip
-    perturbation_factors: tuple[float, float] = Field(
-        default=(1.2, 0.8), description="A continuous value is multiplied by one of these when perturbed."
-    )
-    hyperparam_mutations: dict[str, Distribution] | None = Field(
-        default=None, max_length=MAX_SEARCHED_FIELDS,
-        description="Fields PBT perturbs and where it resamples them from; default the whole search space.",
-    )
-    align: bool = Field(
-        default=True,
-        description=(
-            "Hold a trial at each perturbation point until every running trial has reached it (its run waits; "
-            "no restart), so short trials overlap and scores are compared at the same epoch. Applies when "
-            "the whole population runs at once."
-        ),
-    )
-
-
-class ASHAOptions(Strict):
-    grace_period: int = Field(default=1, ge=1, le=100_000_000, description="Budget units every trial gets before it may be stopped.")
-    reduction_factor: float = Field(default=2.0, gt=1.0, le=1000, description="Only 1/reduction_factor of trials go on at each rung.")
-    brackets: int = Field(default=1, ge=1, le=10, description="Number of ASHA brackets.")
 
 
 # ----------------------------------------------------------------------------- the tune job
@@ -154,8 +95,9 @@ class TuneSpec(Strict):
     budget: TrialBudget | None = Field(
         default=None,
         description=(
-            "Per-trial budget in epochs or steps: the time axis of asha, pbt and pb2. Default the base's "
-            "epochs or max_steps; required for user code, whose loop must report `epoch` or `step`."
+            "Per-trial budget in epochs, steps or reports: the time axis of asha, pbt and pb2. Default the "
+            "base's epochs or max_steps; for user code none (the loop's own end), counted in reports "
+            "(Tune's training_iteration) unless the budget names epochs or steps, which the loop must then report."
         ),
     )
     driver_cpus_per_trial: float = Field(
@@ -187,6 +129,15 @@ class TuneSpec(Strict):
         self.base.working_dir = value
 
     @property
+    def code(self) -> str | None:
+        """The uploaded package every trial runs (``base.code``)."""
+        return self.base.code
+
+    @code.setter
+    def code(self, value: str | None) -> None:
+        self.base.code = value
+
+    @property
     def runtime_env(self) -> dict[str, Any] | None:
         return self.base.runtime_env
 
@@ -197,6 +148,16 @@ class TuneSpec(Strict):
     @property
     def max_steps(self) -> int | None:
         return self.budget.steps if self.budget else None
+
+    @property
+    def unit(self) -> str:
+        """The schedulers' time axis: the budget's unit, else Tune's count of reports."""
+        return self.budget.unit if self.budget else REPORTS_UNIT
+
+    @property
+    def budget_amount(self) -> int | None:
+        """The per-trial budget in ``unit``; None when the loop's own end is the budget."""
+        return self.budget.amount if self.budget else None
 
     # ------------------------------------------------------------------ derived
 
@@ -261,15 +222,8 @@ class TuneSpec(Strict):
                 if (why := self._path_problem(path)) is not None:
                     problems.append((f"pbt.hyperparam_mutations.{path}", why))
 
-        if self.budget is None:
-            if self.base.is_user_code:
-                problems.append((
-                    "budget",
-                    "a search over user code needs budget.epochs or budget.steps, "
-                    "and its loop must report that unit (`epoch` or `step`) with every ray.train.report",
-                ))
-            else:
-                self.budget = TrialBudget(epochs=self.base.epochs, steps=None if self.base.epochs else self.base.max_steps)
+        if self.budget is None and not self.base.is_user_code:
+            self.budget = TrialBudget(epochs=self.base.epochs, steps=None if self.base.epochs else self.base.max_steps)
 
         grid = [p for p, d in self.search_space.items() if isinstance(d, Grid)]
         if self.algorithm == "grid" and not grid:
@@ -330,9 +284,10 @@ class TuneSpec(Strict):
                 f"a population of {n} is too small for PBT: quantile_fraction {q:g} of it is {n * q:g} trials, "
                 f"and the bottom quantile must hold at least one trial to clone one of the top. {fix}",
             ))
+        if self.pbt.perturbation_interval is None:
+            # Without a budget the loop's length is unknown: compare the population at every report.
+            self.pbt.perturbation_interval = max(1, self.budget.amount // 4) if self.budget else 1
         if self.budget is not None:
-            if self.pbt.perturbation_interval is None:
-                self.pbt.perturbation_interval = max(1, self.budget.amount // 4)
             if self.pbt.perturbation_interval >= self.budget.amount:
                 problems.append((
                     "pbt.perturbation_interval",

@@ -1,0 +1,52 @@
+"""Searches over a user's own Ray Train loop, as a user with an existing loop would run
+them: Ray's example loop that reports only a loss (no budget given, so the time axis is
+Tune's count of reports), and a loop that fails, whose error must read as its own.
+
+Tiny on purpose (2 trials of 1 worker, a 3-epoch loop): what costs time is starting
+Ray Train runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.client import Client
+from tests.test_tune import search
+
+LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
+
+
+def linear_search(**overrides) -> dict:
+    base = {
+        "entrypoint": LINEAR_EXAMPLE,
+        "config": {"epochs": 3, "data_size": 200, "val_size": 80},
+        "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
+    }
+    spec = search(
+        base=base, search_space={"config.lr": {"type": "loguniform", "low": 0.0001, "high": 0.05}},
+        metric="loss", mode="min", num_trials=2, budget=None,
+    )  # fmt: skip
+    spec.pop("budget")
+    spec.update(overrides)
+    return spec
+
+
+def test_pbt_over_rays_example_loop_without_a_budget(client: Client):
+    job = client.submit(linear_search(algorithm="pbt", pbt={"quantile_fraction": 0.5}))
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+
+    trials = job.trials()
+    assert len(trials) == 2 and {t.status for t in trials} == {"TERMINATED"}
+    for t in trials:
+        series = job.trial_metrics(t.trial_id)
+        assert series and all("loss" in p.metrics for p in series)
+        # The time axis is Tune's count of reports; the loop's own end is the budget.
+        assert series[-1].metrics["training_iteration"] >= 3
+        # The loop never restores from a checkpoint: said plainly, not a failure.
+        assert t.note and "cannot carry weights" in t.note and t.error is None
+    # A trial never cloned ends where its loop ends; clones stop there too.
+    assert min(job.trial_metrics(t.trial_id)[-1].metrics["training_iteration"] for t in trials) == 3
+    lineage = job.lineage()
+    assert lineage, "PBT recorded no exploit"
+    assert all(e.donor_time is not None and e.donor_time >= 1 for e in lineage)
+    assert job.best().final
