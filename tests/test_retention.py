@@ -1,0 +1,121 @@
+"""History retention on SQLite and on a real PostgreSQL: the policy deletes exactly the
+finished jobs it names, with their rows and their storage prefix, never a job that is
+not finished; ``raydock gc --dry-run`` lists them and ``raydock gc`` deletes them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from service import storage
+from service.retention import Policy, Retention
+from service.store import CheckpointRow, JobLabelRow, JobRow, TransitionRow, utcnow
+from tests.jobstore import job_service, set_columns, submit
+
+
+@pytest.fixture()
+def service(database_url, tmp_path):
+    svc = job_service(database_url, tmp_path)
+    yield svc
+    svc.sessions.kw["bind"].dispose()
+
+
+def history(service) -> dict[str, str]:
+    """Jobs in every state, each with a file under its storage prefix and rows of its own."""
+    now = utcnow()
+    finished_days_ago = {"old_ok": ("SUCCEEDED", 10), "old_failed": ("FAILED", 8), "old_cancelled": ("CANCELLED", 30),
+                         "recent_ok": ("SUCCEEDED", 1), "recent_failed": ("FAILED", 2)}  # fmt: skip
+    jobs = {name: submit(service, name=name, labels={"who": name}) for name in [*finished_days_ago, "running", "queued", "resumed"]}
+    for name, (status, days) in finished_days_ago.items():
+        set_columns(service, jobs[name], status=status, finished_at=now - timedelta(days=days))
+    # Not finished, whatever their finished_at says (a resumed job keeps its old one until it ends again).
+    set_columns(service, jobs["running"], status="RUNNING", finished_at=now - timedelta(days=40))
+    set_columns(service, jobs["resumed"], status="QUEUED", finished_at=now - timedelta(days=40))
+    with service.sessions.begin() as s:
+        for job_id in jobs.values():
+            storage.write_private(storage.join(service.prefix(job_id), "ckpt", "model.pt"), b"weights")
+            s.add(CheckpointRow(job_id=job_id, attempt=1, path=storage.join(service.prefix(job_id), "ckpt")))
+            s.add(TransitionRow(job_id=job_id, from_status="QUEUED", to_status="STARTING"))
+    return jobs
+
+
+def remaining(service) -> set[str]:
+    with service.sessions() as s:
+        return set(s.scalars(select(JobRow.id)))
+
+
+def rows_of(service, job_ids: list[str]) -> int:
+    with service.sessions() as s:
+        return sum(
+            s.scalar(select(func.count()).select_from(t).where(t.job_id.in_(job_ids))) for t in (CheckpointRow, TransitionRow, JobLabelRow)
+        )
+
+
+def test_retention_by_age_deletes_exactly_the_old_finished_jobs_with_their_rows_and_files(service):
+    jobs = history(service)
+    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7))
+    doomed, total = retention.due()
+    names = ["old_cancelled", "old_ok", "old_failed"]  # oldest first
+    assert [d.id for d in doomed] == [jobs[n] for n in names] and total == 3
+    assert remaining(service) == set(jobs.values())  # listing deletes nothing
+
+    assert retention.sweep() == 3
+    gone = [jobs[n] for n in names]
+    assert remaining(service) == set(jobs.values()) - set(gone)
+    assert rows_of(service, gone) == 0 and rows_of(service, [jobs["running"]]) == 3
+    for name, job_id in jobs.items():
+        assert Path(service.prefix(job_id)).exists() == (name not in names), name
+    assert retention.sweep() == 0
+
+
+def test_retention_by_count_keeps_the_newest_finished_and_never_touches_active_jobs(service):
+    jobs = history(service)
+    same = utcnow() - timedelta(days=3)
+    set_columns(service, [jobs["recent_ok"], jobs["recent_failed"]], finished_at=same)  # a tie: the id decides
+    keep_two = Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=2))
+    newest_two = sorted([jobs["recent_ok"], jobs["recent_failed"]])
+    doomed, total = keep_two.due()
+    assert total == 3 and {d.id for d in doomed} == {jobs["old_ok"], jobs["old_failed"], jobs["old_cancelled"]}
+
+    keep_one = Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=1))
+    assert keep_one.sweep() == 4
+    assert remaining(service) == {newest_two[1], jobs["running"], jobs["queued"], jobs["resumed"]}
+    assert Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=0, days=1)).sweep() == 1
+    assert remaining(service) == {jobs["running"], jobs["queued"], jobs["resumed"]}
+
+
+def test_a_job_resumed_after_it_was_picked_is_not_deleted(service):
+    jobs = history(service)
+    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7))
+    picked = [d.id for d in retention.due()[0]]
+    set_columns(service, jobs["old_ok"], status="QUEUED")  # resumed between the pick and the delete
+    assert set(retention.delete_batch(picked)) == {jobs["old_failed"], jobs["old_cancelled"]}
+    assert jobs["old_ok"] in remaining(service) and Path(service.prefix(jobs["old_ok"])).exists()
+
+
+def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):
+    service = job_service(f"sqlite:///{tmp_path / 'raydock.db'}", tmp_path)
+    jobs = history(service)
+    env = {**os.environ, "RAYDOCK_DATA_DIR": str(tmp_path), "RAYDOCK_RETENTION_DAYS": "7", "COLUMNS": "200"}
+    env.pop("RAYDOCK_DATABASE_URL", None), env.pop("RAYDOCK_STORAGE_PATH", None)
+
+    def gc(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "service.cli", "gc", *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = gc("--dry-run")
+    assert "would delete 3 finished job(s)" in out
+    assert all(jobs[n] in out for n in ("old_ok", "old_failed", "old_cancelled")) and jobs["recent_ok"] not in out
+    assert remaining(service) == set(jobs.values())
+    assert "deleted 1 finished job(s)" in gc("--days", "100", "--max-finished", "4")  # flags win over the settings
+    assert jobs["old_cancelled"] not in remaining(service)
+    assert "deleted 2 finished job(s)" in gc()
+    assert remaining(service) == {jobs[n] for n in ("recent_ok", "recent_failed", "running", "queued", "resumed")}
+    service.sessions.kw["bind"].dispose()
