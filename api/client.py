@@ -24,7 +24,9 @@ from typing import Any
 import httpx
 
 from api.schemas import WorkerGroupPublic
+from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
 from api.errors import RaydockError, error_from_body
+from api.schemas import CodePackagePublic
 from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
 from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
 
@@ -34,6 +36,7 @@ class Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.last_upload: CodeUpload | None = None  # what the last submit uploaded, if it had a working_dir
 
     def close(self) -> None:
         self.http.close()
@@ -58,14 +61,31 @@ class Client:
 
     # ------------------------------------------------------------------ jobs
 
-    def submit(self, spec: JobSpec | dict[str, Any], idempotency_key: str | None = None) -> "Job":
+    def submit(
+        self, spec: JobSpec | dict[str, Any], idempotency_key: str | None = None, *,
+        base_dir: str | Path | None = None, progress: Progress | None = None,
+    ) -> "Job":  # fmt: skip
         """Submit a job. A dict is validated locally first, so typos fail before the network.
-        With ``idempotency_key``, a retried submit returns the job the first one created."""
+        With ``idempotency_key``, a retried submit returns the job the first one created.
+        A user-code spec's ``working_dir`` is a directory on this machine (relative to
+        ``base_dir``, default the current directory): it is uploaded once (``upload_code``)
+        and the job names the package; ``self.last_upload`` says what was sent."""
         if isinstance(spec, dict):
             spec = parse_job_spec(spec)
+        spec, self.last_upload = with_uploaded_code(self, spec, base_dir, progress)
         body = spec.model_dump(mode="json", exclude_unset=False)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers=headers).json()))
+
+    def upload_code(self, directory: str | Path, excludes: list[str] | None = None, progress: Progress | None = None) -> CodeUpload:
+        """Package ``directory`` (deterministic zip, .gitignore-style ``excludes`` and the
+        default ones) and upload it unless the server has it; ``progress(phase, done,
+        total)`` sees the files packed and the bytes sent. The job spec names it as
+        ``code: <upload.ref>``."""
+        return upload_code(self, directory, excludes, progress)
+
+    def code_package(self, sha256: str) -> CodePackagePublic:
+        return CodePackagePublic.model_validate(self.request("GET", f"/v1/code/{sha256}").json())
 
     def job(self, job_id: str) -> "Job":
         return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))

@@ -56,8 +56,14 @@ class ClusterUnavailable(RaydockError):
     status, code = 503, "cluster_unavailable"
 
 
+class CodeTooLarge(InvalidSpec):
+    """A job's code over the size or file-count cap (413 on upload; 422 for a server path)."""
+
+    status, code = 413, "code_too_large"
+
+
 _BY_CODE: dict[str, type[RaydockError]] = {
-    c.code: c for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable)
+    c.code: c for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable, CodeTooLarge)
 }
 # A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
 _BY_STATUS: dict[int, type[RaydockError]] = {c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from api.schemas import FailureCause, JobStatus, parse_job_spec
+from api.schemas import CODE_REF_PREFIX, FailureCause, JobStatus, parse_job_spec
 from service import lifecycle, storage
 from service.ingest import new_events_token
 from service.jobs import JobService
@@ -138,6 +138,8 @@ class Attempts:
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
         if spec.working_dir:
             runtime_env["working_dir"] = spec.working_dir
+        elif spec.is_user_code and spec.code:  # an uploaded package: Ray fetches and unpacks it on each node
+            runtime_env["working_dir"] = self.service.code.fetch_uri(spec.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
 
     def _launch(self, job_id: str, attempt: int, spec: dict, token: str) -> dict:

@@ -19,6 +19,7 @@ from rich.table import Table
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobStatus, parse_job_spec
+from service.upload_view import UploadView, describe
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
 console = Console()
@@ -80,7 +81,7 @@ def run(
         with Client(settings.events_base_url, token=settings.api_token) as client:
             _wait_healthy(client, server)
             err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
-            job = client.submit(spec)
+            job = client.submit(spec, base_dir=spec_file.parent)
             console.print(job.id)
             _follow(job, spec.epochs, spec.max_steps, exit_on_failure=False)
             for c in job.checkpoints()[-1:]:
@@ -130,16 +131,18 @@ def submit(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """Submit a job; prints its id (and follows it with --follow)."""
+    """Submit a job; prints its id (and follows it with --follow). A user-code spec's
+    working_dir, relative to the spec file, is packaged and uploaded once (shown with
+    a progress bar under --follow when it is large)."""
     spec = load_spec_file(spec_file)
-    if spec.working_dir and not os.path.isabs(spec.working_dir):
-        # Relative to the spec file, like a compose file's build context.
-        spec.working_dir = str((spec_file.parent / spec.working_dir).resolve())
     with _client(url, token) as client:
         try:
-            job = client.submit(spec)
+            with UploadView(err, live=follow) as view:
+                job = client.submit(spec, base_dir=spec_file.parent, progress=view)
         except RaydockError as exc:
             _fail(f"{exc.message} [{exc.code}]", code=2)
+        if client.last_upload is not None:
+            err.print(describe(client.last_upload))
         console.print(job.id)
         if follow:
             _follow(job, spec.epochs, spec.max_steps)

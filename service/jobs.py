@@ -15,8 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
+from api.schemas import CODE_REF_PREFIX, CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
 from service import admission, lifecycle, listing, queue, storage, user_code
+from service.code_packages import CodeStore
 from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
@@ -59,6 +60,7 @@ class JobService:
         self.backend = backend
         self.events = Ingest(sessions, settings.resolved_storage_path)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
+        self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
 
     def prefix(self, job_id: str) -> str:
         """The job's own storage prefix: everything it may write and we may read for it."""
@@ -69,6 +71,8 @@ class JobService:
     def validate(self, spec: JobSpec) -> None:
         """Refuse at submit what can never run, so nothing is stored half-valid."""
         user_code.check_user_code(spec, self.settings)  # code paths, runtime_env, entrypoint (service/user_code.py)
+        if spec.is_user_code and spec.code:
+            self.code.check_ref(spec.code, spec.entrypoint, ["base"] if spec.kind == "tune" else [])
         try:
             info, extra = self.backend.capacity()
         except ClusterUnavailable:
@@ -102,6 +106,8 @@ class JobService:
                 s.add(job)
                 s.flush()  # the job row first: its labels refer to it
                 s.add_all(queue.label_rows(job.id, spec.labels))
+                if spec.is_user_code and spec.code:
+                    self.code.reference(s, job.id, spec.code.removeprefix(CODE_REF_PREFIX))
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:

@@ -53,11 +53,16 @@ class Settings(BaseSettings):
         ),
     )
     code_max_bytes: int = Field(
-        default=100 * 1024 * 1024, ge=1, description="Largest working_dir or py_module (bytes, all files together) a job may ship."
-    )
+        default=100 * 1024 * 1024, ge=1, lt=2**31,
+        description="Largest working_dir or py_module (bytes, all files together) a job may ship; also the cap of an uploaded package.",
+    )  # fmt: skip
     code_max_files: int = Field(
-        default=10_000, ge=1, description="Most files and directories a job's working_dir or py_module may hold."
+        default=10_000, ge=1, le=10_000_000, description="Most files and directories a job's working_dir, py_module or uploaded package may hold."
     )
+    code_retention_s: float = Field(
+        default=7 * 86_400, ge=0, le=10 * 366 * 86_400,
+        description="How long an uploaded code package that no job references is kept after its last upload or submit.",
+    )  # fmt: skip
     max_log_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=64 * 1024,

@@ -109,3 +109,40 @@ def delete_tree(uri: str) -> None:
     fs, path = _resolve(uri)
     if fs.get_file_info(path).type == pafs.FileType.Directory:
         fs.delete_dir(path)
+
+
+def put_file(local_path: str, uri: str) -> None:
+    """Store a local file at ``uri`` whole or not at all: a local target is written next
+    to it and renamed, an object store's upload becomes visible only when complete."""
+    if _is_local(uri):
+        target = uri.removeprefix("file://")
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        partial = f"{target}.partial-{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            with open(local_path, "rb") as src, open(partial, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            os.replace(partial, target)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        return
+    fs, path = _resolve(uri)
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    with open(local_path, "rb") as src, fs.open_output_stream(path) as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+
+
+def open_random_access(uri: str):
+    """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all)."""
+    if _is_local(uri):
+        return open(uri.removeprefix("file://"), "rb")
+    fs, path = _resolve(uri)
+    return fs.open_input_file(path)
+
+
+def fetch_uri(uri: str) -> str:
+    """The URI a Ray node fetches ``uri`` by: ``file://`` for a local path (every node
+    must see it, as for checkpoints), the storage URI itself otherwise."""
+    return "file://" + _local(uri) if _is_local(uri) else uri

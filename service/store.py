@@ -261,6 +261,29 @@ class ServerMetaRow(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class CodePackageRow(Base):
+    """An uploaded code package: a zip under ``<storage>/_code/<sha256>.zip``
+    (``service/code_packages.py``)."""
+
+    __tablename__ = "code_packages"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size_bytes: Mapped[int] = mapped_column(Integer)  # the caps keep both under 2 GiB
+    files: Mapped[int] = mapped_column(Integer)
+    content_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)  # retention counts from here
+
+
+class JobCodeRow(Base):
+    """A job's reference to its code package: while it exists, the package is kept."""
+
+    __tablename__ = "job_code"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+
+
 def store_id(sessions: sessionmaker) -> str:
     """The id of this store, made once on first use."""
     with sessions.begin() as s:

@@ -54,6 +54,10 @@ REMOTE_SCHEMES = ("s3://", "gs://", "https://")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 PACKAGE_KEYS = {"pip": {"packages", "pip_check", "pip_version"}, "uv": {"packages", "uv_check", "uv_version"}}
 MAX_LIST = 1000
+UPLOAD_HINT = (
+    "To run code from your machine, upload it: `raydock submit` and Client.submit package a local working_dir "
+    "and send `code: sha256:...` (PUT /v1/code/{sha256})."
+)
 MAX_PY_MODULES = 50
 LOADERS = (
     (ExtensionFileLoader, EXTENSION_SUFFIXES),
@@ -77,7 +81,8 @@ def check_user_code(spec: JobSpec, settings: Settings) -> None:
     modules = [_check_py_module(m, i, at, env, settings, budget) for i, m in enumerate(env.get("py_modules") or [])]
     if modules:
         env["py_modules"] = modules
-    _check_entrypoint(spec.entrypoint, spec.working_dir, modules, env, at)
+    if not spec.code:  # an uploaded package's entrypoint is looked up in the package (service/code_packages.py)
+        _check_entrypoint(spec.entrypoint, spec.working_dir, modules, env, at)
 
 
 # ---------------------------------------------------------------- runtime_env
@@ -170,8 +175,8 @@ def _resolve(raw: str, field: str, loc: list, settings: Settings) -> Path:
     if not roots:
         raise _refuse(
             f"{field} {raw!r} names a path on the server, and this server ships no code from its disk "
-            "(RAYDOCK_CODE_ROOT is not set). Ask the operator to set RAYDOCK_CODE_ROOT to the directory your code "
-            "is in, or ship it as an s3:// gs:// https:// archive in runtime_env.py_modules.",
+            f"(RAYDOCK_CODE_ROOT is not set). {UPLOAD_HINT} Or ask the operator to set RAYDOCK_CODE_ROOT to the "
+            "directory your code is in, or ship it as an s3:// gs:// https:// archive in runtime_env.py_modules.",
             "code_root_not_configured", loc, "no code root",
         )  # fmt: skip
     path = Path(os.path.expanduser(raw))
@@ -179,8 +184,8 @@ def _resolve(raw: str, field: str, loc: list, settings: Settings) -> Path:
     if not _under(real, roots):
         where = ", ".join(map(str, roots))
         raise _refuse(
-            f"{field} {raw!r} is not under the server's code root ({where}). Put the code there "
-            "(or give a path relative to it), or ask the operator to add its directory to RAYDOCK_CODE_ROOT.",
+            f"{field} {raw!r} is not under the server's code root ({where}). {UPLOAD_HINT} Or put the code "
+            "there (or give a path relative to it).",
             "working_dir_not_found" if field == "working_dir" else "py_module_not_found", loc, "outside the code root",
         )  # fmt: skip
     return real

@@ -24,13 +24,14 @@ class ServerProcess:
 
     def __init__(
         self, data_dir: Path, ray_address: str | None, *, token: str | None = None, port: int | None = None,
-        extra_env: dict[str, str] | None = None, unset_env: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None, unset_env: tuple[str, ...] = (), cwd: Path | None = None,
     ):  # fmt: skip
         self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
         self.port = port or free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = extra_env or {}
         self.unset_env = unset_env
+        self.cwd = cwd  # None: this process's working directory
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
@@ -43,7 +44,9 @@ class ServerProcess:
             env["RAYDOCK_API_TOKEN"] = self.token
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -12,7 +12,6 @@ so the loops resume from ``ray.train.get_checkpoint()``.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 import ray
@@ -20,15 +19,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from api.schemas import GPTModel, TabularData, TrainSpec
-
-
-def load_entrypoint(entrypoint: str) -> Callable[[dict], None]:
-    module_name, fn_name = entrypoint.split(":")
-    module = importlib.import_module(module_name)
-    fn = getattr(module, fn_name, None)
-    if not callable(fn):
-        raise AttributeError(f"entrypoint {entrypoint!r}: module {module_name!r} has no function {fn_name!r}")
-    return fn
+from trainers.user_loop import load_entrypoint, user_loop  # noqa: F401 - load_entrypoint: tuning.trial reads it here
 
 
 def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
@@ -89,7 +80,8 @@ def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: 
     if isinstance(spec.data, TabularData):
         datasets, data_meta = tabular_datasets(spec)
     if spec.is_user_code:
-        loop, loop_config = load_entrypoint(spec.entrypoint), dict(spec.config)
+        # Imported in the workers only (trainers/user_loop.py): the driver runs none of the user's code.
+        loop, loop_config = user_loop(spec.entrypoint), dict(spec.config)
         if not spec.default_parallelism:
             # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
             loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]

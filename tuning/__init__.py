@@ -7,3 +7,5 @@ sends the server (``search_events``). Depends on ``api``, and on ``trainers`` fo
 job's trainer, its failure classification and the events transport; ``trainers``
 never imports ``tuning``.
 """
+
+import trainers  # noqa: F401,E402 - first: raydock's package names import raydock's packages (trainers/own_imports.py)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
+from api.schemas.code import CODE_REF_RE
 from api.schemas.common import ENTRYPOINT_RE, NAME_RE, Labels, Strict
 from api.schemas.data import DataSpec, DigitsData, TextData
 from api.schemas.models import GPTModel, ModelSpec
@@ -77,7 +78,19 @@ class TrainSpec(Strict):
     )
     working_dir: str | None = Field(
         default=None, max_length=4096,
-        description="Local directory on the server uploaded to the cluster with the job (like `ray job submit --working-dir`).",
+        description=(
+            "The directory of the user code. In a YAML file or an SDK call it is a directory on *your* machine "
+            "(relative to the YAML file): the CLI and SDK package and upload it and send `code` instead. Sent "
+            "as is over REST it names a directory on the server, allowed only under the operator's code root "
+            "(RAYDOCK_CODE_ROOT); anything else is refused with a message to upload the code."
+        ),
+    )
+    code: str | None = Field(
+        default=None, pattern=CODE_REF_RE, max_length=71,
+        description=(
+            "The user code as an uploaded package, `sha256:<hex of the zip>` (PUT /v1/code/{sha256}); it becomes the "
+            "job's working directory on the cluster. Set by the CLI and SDK from `working_dir`; not with `working_dir`."
+        ),
     )
     runtime_env: dict[str, Any] | None = Field(
         default=None, description="Extra Ray runtime_env (pip, env_vars, py_modules...) for the job."
@@ -144,8 +157,10 @@ class TrainSpec(Strict):
         if (self.model is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of `model` (a built-in) or `entrypoint` (user code)")
         if self.model is not None:
-            if self.working_dir or self.runtime_env:
-                raise ValueError("`working_dir` and `runtime_env` apply to user code (`entrypoint`) only")
+            if self.working_dir or self.code or self.runtime_env:
+                raise ValueError("`working_dir`, `code` and `runtime_env` apply to user code (`entrypoint`) only")
+        if self.working_dir and self.code:
+            raise ValueError("give one of `working_dir` (a directory) or `code` (an uploaded package), not both")
             if self.epochs is None and self.max_steps is None:
                 self.epochs = 5
             if self.data is None:

@@ -21,7 +21,7 @@ from api.errors import InvalidSpec, RaydockError
 from service.http.deps import require_token
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
-from service.http.routes import checkpoints, cluster, events, jobs, logs, metrics, trials, worker_groups
+from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
 from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
@@ -41,7 +41,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=errors(400, 413),  # the request guard and body parsing answer these on any route
     )
     app.state.settings = settings
-    app.add_middleware(RequestGuard, hosts=allowed_hosts(settings), max_body_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        RequestGuard, hosts=allowed_hosts(settings), max_body_bytes=settings.max_request_bytes, own_limit_prefixes=("/v1/code/",)
+    )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
@@ -60,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import Unauthorized
 from api.schemas import INT64_MAX
+from service.code_packages import CodeStore
 from service.jobs import JobService
 from service.listing import MAX_CURSOR_CHARS
 from service.settings import Settings
@@ -30,6 +31,10 @@ def job_service(request: Request) -> JobService:
     return request.app.state.runtime.service
 
 
+def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
+    return jobs.code
+
+
 def trial_service(jobs: Annotated[JobService, Depends(job_service)]) -> TrialService:
     return TrialService(jobs.sessions)
 
@@ -40,6 +45,7 @@ def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmaker:
 
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobService, Depends(job_service)]
+Code = Annotated[CodeStore, Depends(code_store)]
 Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]
 

@@ -56,17 +56,24 @@ def allowed_hosts(settings: Settings) -> frozenset[str] | None:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int) -> None:
-        self.app, self.hosts, self.limit = app, hosts, max_body_bytes
+    """``own_limit_prefixes``: paths whose route counts its body against a cap of its
+    own as the bytes arrive (a code package upload, ``service/code_packages.py``)."""
+
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int, own_limit_prefixes: tuple[str, ...] = ()) -> None:
+        self.app, self.hosts, self.limit, self.own_limit = app, hosts, max_body_bytes, own_limit_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = Headers(scope=scope)
-        refusal = self._refusal(headers)
+        limited = not (self.own_limit and scope["path"].startswith(self.own_limit))
+        refusal = self._refusal(Headers(scope=scope), limited)
         if refusal is not None:
             return await JSONResponse(refusal.to_body(), status_code=refusal.status)(scope, receive, send)
+        if not limited:
+            return await self.app(scope, receive, send)
+        await self._limited(scope, receive, send)
 
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         received, started = 0, False
 
         async def limited_receive() -> Message:
@@ -91,7 +98,7 @@ class RequestGuard:
             err = too_large(self.limit)
             await JSONResponse(err.to_body(), status_code=413)(scope, receive, send)
 
-    def _refusal(self, headers: Headers) -> RaydockError | None:
+    def _refusal(self, headers: Headers, limited: bool = True) -> RaydockError | None:
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
             return RaydockError(
                 "This server listens on loopback without an API token and answers only requests for "
@@ -104,6 +111,6 @@ class RequestGuard:
         if length is not None:
             if not length.isdigit():
                 return RaydockError("Content-Length must be a non-negative integer.", code="invalid_request", status=400)
-            if int(length) > self.limit:
+            if limited and int(length) > self.limit:
                 return too_large(self.limit)
         return None

@@ -74,10 +74,32 @@ def _downgrade_events() -> None:
 
 def _upgrade_code() -> None:
     """Uploaded code packages and the jobs that reference them."""
+    op.create_table(
+        "code_packages",
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.Column("size_bytes", sa.Integer(), nullable=False),
+        sa.Column("files", sa.Integer(), nullable=False),
+        sa.Column("content_bytes", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("sha256"),
+    )
+    op.create_index("ix_code_packages_last_used_at", "code_packages", ["last_used_at"])
+    op.create_table(
+        "job_code",
+        sa.Column("job_id", sa.String(length=32), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("job_id"),
+    )
+    op.create_index("ix_job_code_sha256", "job_code", ["sha256"])
 
 
 def _downgrade_code() -> None:
-    pass
+    op.drop_index("ix_job_code_sha256", table_name="job_code")
+    op.drop_table("job_code")
+    op.drop_index("ix_code_packages_last_used_at", table_name="code_packages")
+    op.drop_table("code_packages")
 
 
 def _upgrade_search() -> None:

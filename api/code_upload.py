@@ -1,0 +1,96 @@
+"""Uploading a job's code from the client: what ``Client.upload_code`` and
+``Client.submit`` do with a spec's local ``working_dir``.
+
+The directory is packaged (``api/code_package.py``) within the server's caps (asked once
+from ``GET /v1/code``), then ``HEAD /v1/code/{sha256}`` says whether the server has those
+bytes; only when it answers 404 is the zip sent, streamed, with ``PUT``. The spec then
+names the package (``code: sha256:<hex>``) instead of the directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+import httpx
+
+from api.code_package import Package, build_package
+from api.schemas import CodeLimits, JobSpec
+
+
+class Client(Protocol):
+    """What of ``api.client.Client`` an upload uses."""
+
+    http: httpx.Client
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response: ...
+
+Progress = Callable[[str, int, int], None]  # (phase "files" | "bytes", done, total)
+PIECE = 256 * 1024
+UPLOAD_TIMEOUT = httpx.Timeout(30.0, read=600.0, write=600.0)
+
+
+@dataclass
+class CodeUpload:
+    """What an upload did. ``status`` is the server's answer: 201 stored now, 200 it had
+    the package already (``sent_bytes`` 0: nothing was sent)."""
+
+    sha256: str
+    files: int
+    size_bytes: int
+    content_bytes: int
+    status: int
+    sent_bytes: int
+    left_out: list[tuple[str, int]] = field(default_factory=list)  # data files over the size threshold
+
+    @property
+    def ref(self) -> str:
+        return f"sha256:{self.sha256}"
+
+
+def upload_code(
+    client: Client, directory: str | os.PathLike, excludes: list[str] | None = None, progress: Progress | None = None
+) -> CodeUpload:
+    limits = CodeLimits.model_validate(client.request("GET", "/v1/code").json())
+    package = build_package(directory, excludes, max_bytes=limits.max_bytes, max_files=limits.max_files, progress=progress)
+    try:
+        return _send(client, package, progress)
+    finally:
+        package.discard()
+
+
+def _send(client: Client, package: Package, progress: Progress | None) -> CodeUpload:
+    path = f"/v1/code/{package.sha256}"
+    facts = dict(sha256=package.sha256, files=package.files, size_bytes=package.size, content_bytes=package.content_bytes, left_out=package.left_out)
+    if client.http.head(path).status_code == 200:
+        return CodeUpload(**facts, status=200, sent_bytes=0)
+
+    def pieces() -> Iterator[bytes]:
+        sent = 0
+        with open(package.path, "rb") as f:
+            while piece := f.read(PIECE):
+                sent += len(piece)
+                yield piece
+                if progress is not None:
+                    progress("bytes", sent, package.size)
+
+    headers = {"Content-Type": "application/zip", "Content-Length": str(package.size)}
+    r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
+    return CodeUpload(**facts, status=r.status_code, sent_bytes=package.size if r.status_code == 201 else 0)
+
+
+def with_uploaded_code(
+    client: Client, spec: JobSpec, base_dir: str | os.PathLike | None, progress: Progress | None
+) -> tuple[JobSpec, CodeUpload | None]:
+    """``spec`` with its local ``working_dir`` (relative to ``base_dir``, default the
+    current directory) uploaded and named as ``code``; a spec without one as it is."""
+    if not spec.is_user_code or not spec.working_dir:
+        return spec, None
+    directory = Path(base_dir or ".") / Path(spec.working_dir).expanduser()
+    excludes = (spec.runtime_env or {}).get("excludes")
+    upload = upload_code(client, directory, excludes if isinstance(excludes, list) else None, progress)
+    spec = spec.model_copy(deep=True)
+    spec.working_dir, spec.code = None, upload.ref
+    return spec, upload

@@ -1,0 +1,64 @@
+"""Routes of code packages: upload a job's code once (``PUT /v1/code/{sha256}``, the zip
+as the body), ask whether the server has it (``HEAD`` / ``GET``), and the caps an
+upload must keep (``GET /v1/code``). Jobs then name it as ``code: sha256:<hex>``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response
+
+from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic
+from service.http.deps import Code
+from service.http.openapi import errors
+
+router = APIRouter(tags=["code"])
+
+Sha256 = Annotated[str, Path(pattern=SHA256_RE, min_length=64, max_length=64, description="The sha256 of the zip, 64 lowercase hex digits.")]
+ZIP_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The package: a zip whose entries are plain files under `code/` (what the SDK and CLI build).",
+        "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.get("/code", response_model=CodeLimits, operation_id="get_code_limits")
+def code_limits(code: Code) -> CodeLimits:
+    """The caps an upload must keep, and how long an unreferenced package is kept."""
+    return code.limits()
+
+
+@router.put(
+    "/code/{sha256}",
+    status_code=201,
+    response_model=CodePackagePublic,
+    operation_id="put_code",
+    openapi_extra=ZIP_BODY,
+    responses={
+        201: {"description": "Stored."},
+        200: {"model": CodePackagePublic, "description": "The server had these bytes already; nothing was read."},
+        **errors(413, 422),
+    },
+)
+async def put_code(code: Code, sha256: Sha256, request: Request, response: Response) -> CodePackagePublic:
+    """Upload a package. Its sha256 must be the name; it is checked (caps, no links, no
+    path out of the package, sizes that hold when unpacked) before anything is stored."""
+    length = request.headers.get("content-length")
+    stored = await code.receive(sha256, int(length) if length and length.isdigit() else None, request.stream())
+    if not stored.created:
+        response.status_code = 200
+    return stored.package
+
+
+@router.get("/code/{sha256}", response_model=CodePackagePublic, operation_id="get_code", responses=errors(404, 422))
+def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
+    """A stored package: sizes, when it was last used, how many jobs reference it."""
+    return code.get(sha256)
+
+
+@router.head("/code/{sha256}", operation_id="head_code", responses={200: {"description": "Stored."}, 404: {"description": "Not stored."}})
+def head_code(code: Code, sha256: Sha256) -> Response:
+    """200 when the server has the package (its retention restarts), 404 when it must be uploaded."""
+    return Response(status_code=404 if code.touch(sha256) is None else 200)

@@ -1,0 +1,201 @@
+"""Code packages without a cluster: the client's deterministic zip and its excludes, and
+the server's upload route against everything a hostile or broken upload can be (a
+mismatched hash, a path out of the package, a link, a zip bomb, a body over the cap,
+an upload cut off halfway). Each refusal has its code and leaves nothing stored.
+
+The server's Ray address is a port where nothing answers: uploads and job validation
+need no cluster, and the jobs submitted stay QUEUED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import socket
+import stat
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.client import Client
+from api.code_package import TOP, build_package, package_files
+from api.errors import CodeTooLarge, InvalidSpec
+from service.local_cluster import free_ports
+from tests.servers import ServerProcess
+
+MAX_FILES, MAX_BYTES = 30, 256 * 1024
+
+
+def write_tree(root: Path) -> None:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "train.py").write_text("def train(config):\n    pass\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    for junk in (".git", ".venv/lib", "pkg/__pycache__", "logs"):
+        (root / junk).mkdir(parents=True)
+        (root / junk / "x.txt").write_text("junk")
+    (root / ".gitignore").write_text("logs/\n")
+    (root / "pkg" / "notes.tmp").write_text("excluded by the spec")
+
+
+def test_package_is_deterministic_and_leaves_out_what_it_should(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    write_tree(one)
+    write_tree(two)
+    os.utime(two / "pkg" / "train.py", (1_000_000, 1_000_000))  # other times, same bytes
+    a = build_package(one, ["*.tmp"], max_bytes=MAX_BYTES, max_files=MAX_FILES)
+    b = build_package(two, ["*.tmp"], max_bytes=MAX_BYTES, max_files=MAX_FILES)
+    try:
+        assert a.sha256 == b.sha256 and a.path.read_bytes() == b.path.read_bytes()
+        with zipfile.ZipFile(a.path) as zf:
+            infos = zf.infolist()
+        names = [i.filename for i in infos]
+        assert names == sorted(names) == [f"{TOP}/.gitignore", f"{TOP}/pkg/__init__.py", f"{TOP}/pkg/train.py", f"{TOP}/run.sh"]
+        assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
+        modes = {i.filename: stat.S_IMODE(i.external_attr >> 16) for i in infos}
+        assert modes[f"{TOP}/run.sh"] == 0o755 and modes[f"{TOP}/pkg/train.py"] == 0o644
+        assert a.sha256 == hashlib.sha256(a.path.read_bytes()).hexdigest()
+    finally:
+        a.discard()
+        b.discard()
+
+
+def test_big_data_files_are_left_out_and_caps_name_the_biggest(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "table.csv").write_bytes(b"1,2\n" * 300)
+    (tmp_path / "main.py").write_text("x = 1\n")
+    files, left_out = package_files(tmp_path, threshold=1000)
+    assert [rel for rel, _ in files] == ["main.py"]
+    assert left_out == [("data/table.csv", 1200)]
+    (tmp_path / "weights.py").write_bytes(b"#" * (MAX_BYTES + 1))
+    with pytest.raises(CodeTooLarge) as refused:
+        build_package(tmp_path, max_bytes=MAX_BYTES, max_files=MAX_FILES)
+    assert "RAYDOCK_CODE_MAX_BYTES" in refused.value.message and "weights.py" in refused.value.message
+
+
+@pytest.fixture(scope="module")
+def upload_server(tmp_path_factory):
+    dead_ray = f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens: jobs stay QUEUED
+    base = tmp_path_factory.mktemp("uploads")
+    env = {"RAYDOCK_CODE_MAX_FILES": str(MAX_FILES), "RAYDOCK_CODE_MAX_BYTES": str(MAX_BYTES), "RAYDOCK_CODE_ROOT": ""}
+    server = ServerProcess(base / "data", dead_ray, extra_env=env, cwd=base).start()
+    yield server
+    server.stop()
+
+
+def stored(server: ServerProcess) -> list[str]:
+    """Every file of code the server holds, stored or on its way in."""
+    places = [server.data_dir / "storage" / "_code", server.data_dir / "code-incoming"]
+    return sorted(str(p) for place in places if place.exists() for p in place.rglob("*") if p.is_file())
+
+
+def zip_of(entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in entries:
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+def link_entry() -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(f"{TOP}/secrets")
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info
+
+
+def bomb() -> bytes:
+    """One entry that declares 10 bytes and inflates to 10 MiB."""
+    data = zip_of([(f"{TOP}/a.py", b"\0" * (10 * 2**20))])
+    buf = bytearray(data)
+    for sig, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # local header, central directory
+        at = buf.find(sig)
+        buf[at + size_at : at + size_at + 4] = (10).to_bytes(4, "little")
+    return bytes(buf)
+
+
+HOSTILE = [
+    ("an absolute path", zip_of([("/etc/cron.d/x", b"x")]), "code_package_unsafe"),
+    ("a path out of the package", zip_of([(f"{TOP}/../../x.py", b"x")]), "code_package_unsafe"),
+    ("a symlink", zip_of([(link_entry(), b"/etc/passwd")]), "code_package_unsafe"),
+    ("an entry outside code/", zip_of([("main.py", b"x")]), "code_package_unsafe"),
+    ("a zip bomb", bomb(), "code_package_unsafe"),
+    ("more files than the cap", zip_of([(f"{TOP}/f{i}.py", b"") for i in range(MAX_FILES + 1)]), "code_too_large"),
+    ("more bytes unpacked than the cap", zip_of([(f"{TOP}/z.py", b"\0" * (MAX_BYTES + 1))]), "code_too_large"),
+    ("not a zip", b"hello, not a zip", "code_package_invalid"),
+]
+
+
+@pytest.mark.parametrize("what,body,code", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_uploads_are_refused_and_nothing_is_stored(upload_server, what, body, code):
+    sha = hashlib.sha256(body).hexdigest()
+    r = httpx.put(f"{upload_server.url}/v1/code/{sha}", content=body, timeout=30)
+    assert r.status_code in (413, 422), r.text
+    assert r.json()["error"]["code"] == code, r.json()
+    if code == "code_too_large":
+        assert "RAYDOCK_CODE_MAX" in r.json()["error"]["message"]
+    assert httpx.head(f"{upload_server.url}/v1/code/{sha}").status_code == 404
+    assert stored(upload_server) == []
+
+
+def test_upload_checks_hash_cap_and_half_bodies(upload_server, tmp_path):
+    url = upload_server.url
+    body = zip_of([(f"{TOP}/main.py", b"def train(config):\n    pass\n")])
+    sha = hashlib.sha256(body).hexdigest()
+    wrong = httpx.put(f"{url}/v1/code/{'0' * 64}", content=body)
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "code_hash_mismatch"
+    over = httpx.put(f"{url}/v1/code/{sha}", content=b"\0" * (MAX_BYTES + 1))
+    assert over.status_code == 413 and "RAYDOCK_CODE_MAX_BYTES" in over.json()["error"]["message"]
+    # A client that promises the whole body, sends half and goes away leaves nothing behind.
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        head = f"PUT /v1/code/{sha} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/zip\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body[: len(body) // 2])
+    deadline = time.monotonic() + 10
+    while stored(upload_server) and time.monotonic() < deadline:  # the server notices the hang-up
+        time.sleep(0.1)
+    assert httpx.head(f"{url}/v1/code/{sha}").status_code == 404
+    assert stored(upload_server) == []
+
+    first = httpx.put(f"{url}/v1/code/{sha}", content=body)
+    again = httpx.put(f"{url}/v1/code/{sha}", content=body)
+    assert (first.status_code, again.status_code) == (201, 200), first.text
+    info = httpx.get(f"{url}/v1/code/{sha}").json()
+    assert (info["files"], info["jobs"]) == (1, 0)
+    assert len(stored(upload_server)) == 1
+
+
+def test_specs_name_packages_the_server_has(upload_server, tmp_path):
+    """A code reference the server does not have, an entrypoint not in the package, a
+    reserved top-level name, a server path with no code root: each a 422 with its code;
+    an SDK submit of a local directory uploads it and the job names the package."""
+    http = httpx.Client(base_url=upload_server.url, timeout=30)
+    job = {"name": "up", "entrypoint": "pkg.train:train", "scaling": {"num_workers": 1}}
+    unknown = http.post("/v1/jobs", json={**job, "code": "sha256:" + "1" * 64})
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "code_package_not_found"
+    server_path = http.post("/v1/jobs", json={**job, "working_dir": str(tmp_path)})
+    assert server_path.status_code == 422 and "upload" in server_path.json()["error"]["message"]
+
+    write_tree(tmp_path / "proj")
+    with Client(upload_server.url) as client:
+        missing = {**job, "entrypoint": "pkg.nothere:train", "working_dir": str(tmp_path / "proj")}
+        with pytest.raises(InvalidSpec) as refused:
+            client.submit(missing)
+        (tmp_path / "proj" / "trainers").mkdir()
+        (tmp_path / "proj" / "trainers" / "__init__.py").write_text("")
+        with pytest.raises(InvalidSpec) as reserved:
+            client.submit({**job, "working_dir": "proj"}, base_dir=tmp_path)
+        (tmp_path / "proj" / "trainers" / "__init__.py").unlink()
+        (tmp_path / "proj" / "trainers").rmdir()
+        submitted = client.submit({**job, "working_dir": "proj"}, base_dir=tmp_path)
+        upload = client.last_upload
+    assert refused.value.code == "entrypoint_not_found"
+    assert reserved.value.code == "code_name_reserved" and "trainers" in reserved.value.message
+    assert upload is not None and upload.status == 200  # the same bytes as the refused submit's: known already
+    assert submitted.info.spec["code"] == upload.ref and submitted.info.spec["working_dir"] is None
+    assert http.get(f"/v1/code/{upload.sha256}").json()["jobs"] == 1
+    assert http.post(f"/v1/jobs/{submitted.id}/cancel").json()["status"] == "CANCELLED"
