@@ -61,6 +61,11 @@ class CodeStore:
         self.incoming = settings.data_dir / "code-incoming"
         self._lock = threading.Lock()  # a store and a collection of the same package never interleave here
 
+    @property
+    def collect_every_s(self) -> float:
+        """How often ``collect`` runs: a fraction of the retention period, within [1 s, 5 min]."""
+        return min(300.0, max(1.0, self.settings.code_retention_s / 4))
+
     def limits(self) -> CodeLimits:
         s = self.settings
         return CodeLimits(max_bytes=s.code_max_bytes, max_files=s.code_max_files, retention_s=s.code_retention_s)

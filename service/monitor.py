@@ -49,6 +49,7 @@ class Monitor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unreachable_since: float | None = None
         self._reconciled_at = float("-inf")
+        self._code_collected_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
         self._log_read_at: dict[str, float] = {}
         self._submitting: set[str] = set()
@@ -98,6 +99,17 @@ class Monitor:
         except ClusterUnavailable as exc:
             log.warning("cannot reconcile with Ray: %s", exc)
         self.admit()
+        self.collect_code()
+
+    def collect_code(self) -> None:
+        """Now and then, delete the code packages no job references (service/code_packages.py)."""
+        if time.monotonic() - self._code_collected_at < self.service.code.collect_every_s:
+            return
+        self._code_collected_at = time.monotonic()
+        try:
+            self.service.code.collect()
+        except Exception:  # noqa: BLE001 - storage trouble must not stop the tick; the next pass retries
+            log.exception("collecting unreferenced code packages failed")
 
     def _follow_failed(self, job_id: str, exc: Exception) -> None:
         n = self._follow_failures.get(job_id, 0) + 1

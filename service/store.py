@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -25,6 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     func,
     select,
 )
@@ -77,6 +80,13 @@ class JobRow(Base):
     attempt_started_at: Mapped[datetime | None]  # max_runtime_s counts from here, per attempt
     dropped_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_drop_reason: Mapped[str | None] = mapped_column(Text)
+    # Per-job counters, so storing an event never counts a series (service/ingest.py).
+    metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the next metric seq
+    attempt_metrics: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # metrics of attempt `attempt_metrics_of`
+    attempt_metrics_of: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    worker_groups_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    log_end: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # chars of every attempt's log taken in
+    log_stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what the chunks hold now
     # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
     demand_cpus: Mapped[float | None] = mapped_column(Float)  # to start (an elastic job: its min)
     demand_gpus: Mapped[float | None] = mapped_column(Float)
@@ -143,6 +153,7 @@ def count(s: Session, table: type[Base], *where) -> int:
 
 class MetricRow(EventKey, Base):
     __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "src_seq"), Index("ix_metrics_job_seq", "job_id", "seq"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     seq: Mapped[int] = mapped_column(Integer)  # gap-free position within the job
@@ -195,11 +206,21 @@ class ExploitRow(EventKey, Base):
 
 
 class LogChunkRow(Base):
+    """A bounded piece of a job's log (every attempt's, in order). Offsets count characters
+    of the whole log taken in, so a range is one indexed query (``service/logs.py``)."""
+
     __tablename__ = "log_chunks"
+    __table_args__ = (Index("ix_log_chunks_job_end", "job_id", "end_offset"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     text: Mapped[str] = mapped_column(Text)
+    start_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    end_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    nbytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # UTF-8 bytes of text
+    head: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # kept whatever the cap
+    # Set on the one row standing for the middle dropped under RAYDOCK_MAX_LOG_BYTES: its text says so.
+    dropped_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class CheckpointRow(Base):

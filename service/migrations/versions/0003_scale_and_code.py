@@ -64,12 +64,54 @@ def _downgrade_jobs() -> None:
             batch.drop_column(name)
 
 
+EVENT_COUNTERS = ("metrics_stored", "attempt_metrics", "attempt_metrics_of", "worker_groups_stored", "log_end", "log_stored_bytes")
+LOG_COLUMNS = ("start_offset", "end_offset", "nbytes", "head", "dropped_bytes")
+
+
 def _upgrade_events() -> None:
     """Ingestion and logs: per-job sequence counters, cumulative log offsets."""
+    with op.batch_alter_table("jobs") as batch:
+        for name in ("metrics_stored", "attempt_metrics", "attempt_metrics_of", "worker_groups_stored"):
+            batch.add_column(sa.Column(name, sa.Integer(), server_default="0", nullable=False))
+        for name in ("log_end", "log_stored_bytes"):
+            batch.add_column(sa.Column(name, sa.BigInteger(), server_default="0", nullable=False))
+    with op.batch_alter_table("log_chunks") as batch:
+        batch.add_column(sa.Column("start_offset", sa.BigInteger(), server_default="0", nullable=False))
+        batch.add_column(sa.Column("end_offset", sa.BigInteger(), server_default="0", nullable=False))
+        batch.add_column(sa.Column("nbytes", sa.Integer(), server_default="0", nullable=False))
+        batch.add_column(sa.Column("head", sa.Boolean(), server_default=sa.false(), nullable=False))
+        batch.add_column(sa.Column("dropped_bytes", sa.BigInteger(), nullable=True))
+    op.create_index("ix_metrics_job_seq", "metrics", ["job_id", "seq"])
+    op.create_index("ix_log_chunks_job_end", "log_chunks", ["job_id", "end_offset"])
+    conn = op.get_bind()
+    # The counters start from what is stored (once, here; never again per event).
+    conn.execute(sa.text(
+        "UPDATE jobs SET metrics_stored = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id),"
+        " attempt_metrics = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id AND m.attempt = jobs.attempt),"
+        " attempt_metrics_of = attempt,"
+        " worker_groups_stored = (SELECT count(*) FROM worker_groups w WHERE w.job_id = jobs.id)"
+    ))  # fmt: skip
+    # Stored chunks get their place in the job's whole log, one job at a time.
+    chunks = sa.table("log_chunks", *(sa.column(c) for c in ("id", "job_id", "text", *LOG_COLUMNS)))
+    jobs = sa.table("jobs", sa.column("id"), sa.column("log_end"), sa.column("log_stored_bytes"))
+    for (job_id,) in conn.execute(sa.select(chunks.c.job_id).distinct()).all():
+        end = size = 0
+        for chunk_id, text in conn.execute(sa.select(chunks.c.id, chunks.c.text).where(chunks.c.job_id == job_id).order_by(chunks.c.id)):
+            n = len(text.encode())
+            conn.execute(chunks.update().where(chunks.c.id == chunk_id).values(start_offset=end, end_offset=end + len(text), nbytes=n))
+            end, size = end + len(text), size + n
+        conn.execute(jobs.update().where(jobs.c.id == job_id).values(log_end=end, log_stored_bytes=size))
 
 
 def _downgrade_events() -> None:
-    pass
+    op.drop_index("ix_log_chunks_job_end", table_name="log_chunks")
+    op.drop_index("ix_metrics_job_seq", table_name="metrics")
+    with op.batch_alter_table("log_chunks") as batch:
+        for name in reversed(LOG_COLUMNS):
+            batch.drop_column(name)
+    with op.batch_alter_table("jobs") as batch:
+        for name in reversed(EVENT_COUNTERS):
+            batch.drop_column(name)
 
 
 def _upgrade_code() -> None:
