@@ -34,6 +34,7 @@ log = logging.getLogger("raydock.monitor")
 LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
+FULL_PASS_S = 30.0  # admission rereads every queued job's reason and place at least this often
 LOG_EVERY_S = 1.0
 
 
@@ -55,6 +56,11 @@ class Monitor:
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
+        # What the last admission pass saw (service/queue.py): it looks again only at what changed.
+        self._marks: queue.Marks | None = None
+        self._full_pass_at = float("-inf")
+        self._rest_reason: str | None = None
+        self._seen: set[str] = set()
 
     def wake(self) -> None:
         """Called from request threads after a submit: start the job without waiting a tick."""
@@ -150,24 +156,26 @@ class Monitor:
     def admit(self) -> None:
         """Apply admission: fail what missed its deadline or can never fit, start what
         fits in queue order (reading the queue's head only), say why the rest wait, and
-        store every waiting job's place. Reads the typed columns filled at submit; what it
-        writes is only what changed."""
+        store every waiting job's place. Reads the typed columns filled at submit, and
+        looks again only at jobs created or moved since the last tick (all of them every
+        FULL_PASS_S), so a quiet tick writes nothing and reads no more than the head."""
         with self.sessions() as s:
+            now_marks = queue.marks(s)  # before any read: what changes after is seen next tick
             self._type_old_jobs(s)
             # A job whose submit is under way (or was cut short: its submission id is fixed)
             # holds its resources already and is submitted again with the same id.
-            in_flight = s.scalars(select(JobRow.id).where(JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_not(None))).all()
+            in_flight = queue.in_flight(s)
             held = queue.held(s, ACTIVE)
             late = admission.overdue(queue.with_deadline(s), utcnow())
+            full = self._marks is None or time.monotonic() - self._full_pass_at >= FULL_PASS_S
+            touched = None if full else queue.touched_since(s, self._marks)
         for job_id in in_flight:
             self._dispatch(job_id)
         try:
             info, extra = self.backend.capacity()
         except ClusterUnavailable as exc:
             self._fail_queued(late)
-            with self.sessions.begin() as s:
-                queue.tell_the_rest(s, f"waiting for the Ray cluster: {exc}", exclude=set())
-                queue.store_positions(s)
+            self._tell_the_queue(admission.Plan(), f"waiting for the Ray cluster: {exc}", touched, now_marks)
             return
         # A job submitted while Ray did not answer skipped the submit-time check: one that can
         # never fit fails here instead of blocking the queue behind it for ever.
@@ -175,14 +183,26 @@ class Monitor:
         with self.sessions() as s:
             too_big = queue.never_fit(s, max_cpus, max_gpus)
         self._fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None))
-        with self.sessions.begin() as s:
+        with self.sessions() as s:
             plan = admission.plan(queue.head(s, skip={f.job_id for f in late} | set(too_big)), admission.free(info, held, extra))
-            for job_id, reason in plan.reasons.items():
-                s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
-            queue.tell_the_rest(s, admission.BEHIND, exclude=plan.seen)
-            queue.store_positions(s)
+        self._tell_the_queue(plan, admission.BEHIND, touched, now_marks)
         for job_id in plan.start:
             self._dispatch(job_id)
+
+    def _tell_the_queue(self, plan: admission.Plan, rest: str, touched: set[str] | None, now_marks: queue.Marks) -> None:
+        """Write the plan's reasons, ``rest`` for every other waiting job whose reason may
+        differ (all of them when ``touched`` is None or ``rest`` changed; else those
+        touched since the last tick and those the last plan looked at), and the places."""
+        full = touched is None or rest != self._rest_reason
+        with self.sessions.begin() as s:
+            for job_id, reason in plan.reasons.items():
+                s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
+            queue.tell_the_rest(s, rest, exclude=plan.seen, only=None if full else touched | self._seen)
+            if full or touched:
+                queue.store_positions(s)
+        if touched is None:
+            self._full_pass_at = time.monotonic()
+        self._marks, self._rest_reason, self._seen = now_marks, rest, plan.seen
 
     def _type_old_jobs(self, s) -> None:
         """Jobs stored before the typed columns existed get them once (unreadable queued

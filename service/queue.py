@@ -6,6 +6,7 @@ stored before the columns existed)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.schemas import JobSpec, JobStatus
 from service import admission
-from service.store import JobLabelRow, JobRow, aware
+from service.store import JobLabelRow, JobRow, TransitionRow, aware
 
 QUEUED = JobStatus.QUEUED.value
 HEAD_BATCH = 64  # rows fetched at a time while admission walks the head of the queue
@@ -37,12 +38,6 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
 
 def label_rows(job_id: str, labels: dict[str, str]) -> list[JobLabelRow]:
     return [JobLabelRow(job_id=job_id, key=k, value=v) for k, v in labels.items()]
-
-
-def waiting() -> Select:
-    """Queued jobs not being submitted (a job whose submission id is fixed holds its
-    resources already and is no longer in line)."""
-    return select(JobRow.id).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None))
 
 
 def in_order(query: Select) -> Select:
@@ -85,15 +80,15 @@ def _after_in_order(priority: int, queued_at: datetime | None, job_id: str):
 
 def with_deadline(s: Session) -> list[admission.Queued]:
     """Waiting jobs that have a scheduling deadline (few: most jobs set none)."""
-    q = select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None), JobRow.scheduling_timeout_s.is_not(None))
+    q = select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.scheduling_timeout_s.is_not(None), JobRow.submission_id.is_(None))
     return [_queued(r) for r in s.execute(q)]
 
 
 def never_fit(s: Session, max_cpus: float, max_gpus: float) -> list[str]:
-    """Waiting jobs larger than the cluster can ever be."""
+    """Queued jobs larger than the cluster can ever be (read from an index alone)."""
     eps = admission.EPS
     too_big = (JobRow.demand_cpus > max_cpus + eps) | (JobRow.demand_gpus > max_gpus + eps)
-    return list(s.scalars(waiting().where(too_big)))
+    return list(s.scalars(select(JobRow.id).where(JobRow.status == QUEUED, too_big)))
 
 
 def untyped(s: Session, statuses: tuple[str, ...]) -> list[tuple[str, dict]]:
@@ -101,35 +96,75 @@ def untyped(s: Session, statuses: tuple[str, ...]) -> list[tuple[str, dict]]:
     return [tuple(r) for r in s.execute(select(JobRow.id, JobRow.spec).where(JobRow.status.in_(statuses), JobRow.demand_cpus.is_(None)))]
 
 
+def _submitting(s: Session, *columns) -> list:
+    # Only the few jobs being submitted have a submission id: their index finds them (the
+    # status is checked here, so no plan reads the whole queue's index instead).
+    rows = s.execute(select(JobRow.status, *columns).where(JobRow.submission_id > ""))  # a range SQLite's planner uses
+    return [r for r in rows if r.status == QUEUED]
+
+
+def in_flight(s: Session) -> list[str]:
+    """Queued jobs whose submit is under way (or was cut short): their submission id is fixed."""
+    return [r.id for r in _submitting(s, JobRow.id)]
+
+
 def held(s: Session, active: tuple[str, ...]) -> list[admission.Resources]:
     """What the started jobs, and those being submitted, hold."""
-    being_submitted = (JobRow.status == QUEUED) & JobRow.submission_id.is_not(None)
-    q = select(JobRow.holds_cpus, JobRow.holds_gpus).where(JobRow.status.in_(active) | being_submitted, JobRow.holds_cpus.is_not(None))
-    return [(r.holds_cpus, r.holds_gpus) for r in s.execute(q)]
+    started = list(s.execute(select(JobRow.holds_cpus, JobRow.holds_gpus).where(JobRow.status.in_(active))))
+    rows = started + _submitting(s, JobRow.holds_cpus, JobRow.holds_gpus)
+    return [(r.holds_cpus, r.holds_gpus) for r in rows if r.holds_cpus is not None]
 
 
-def tell_the_rest(s: Session, reason: str, exclude: set[str]) -> int:
-    """Give every waiting job not in ``exclude`` this status reason, writing only the
-    rows whose reason differs; returns how many changed."""
+@dataclass(frozen=True)
+class Marks:
+    """Where the store stood: its newest job and newest status change. Jobs the queue has
+    to look at again are those created or moved since."""
+
+    newest_job: datetime | None
+    newest_transition: int | None
+
+
+def marks(s: Session) -> Marks:
+    return Marks(s.scalar(select(func.max(JobRow.created_at))), s.scalar(select(func.max(TransitionRow.id))))
+
+
+def touched_since(s: Session, before: Marks) -> set[str]:
+    """Jobs created or moved (any status change) since ``before``, from two index ranges."""
+    out: set[str] = set()
+    if before.newest_job is not None:
+        out.update(s.scalars(select(JobRow.id).where(JobRow.created_at > before.newest_job)))
+    if before.newest_transition is not None:
+        out.update(s.scalars(select(TransitionRow.job_id).where(TransitionRow.id > before.newest_transition)))
+    return out
+
+
+def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | None = None) -> int:
+    """Give every waiting job not in ``exclude`` (or, with ``only``, those of ``only``)
+    this status reason, writing only the rows whose reason differs; returns how many."""
     differs = JobRow.status_reason.is_(None) | (JobRow.status_reason != reason)
     q = update(JobRow).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None), differs)
-    if exclude:
+    if only is not None:
+        if not only - exclude:
+            return 0
+        q = q.where(JobRow.id.in_(only - exclude))
+    elif exclude:
         q = q.where(JobRow.id.not_in(exclude))
     return s.execute(q.values(status_reason=reason), execution_options={"synchronize_session": False}).rowcount
 
 
 def store_positions(s: Session) -> int:
-    """Write each waiting job's 1-based place in the queue, in one statement that
-    changes only the rows whose place moved; returns how many moved."""
+    """Write each waiting job's 1-based place in the queue. The places are ranked in SQL
+    from the queue's index, and only the rows whose place moved are written; returns how many."""
     order = (JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
     ranked = (
-        select(JobRow.id.label("id"), func.row_number().over(order_by=order).label("pos"))
+        select(JobRow.id.label("id"), JobRow.queue_position.label("was"), func.row_number().over(order_by=order).label("pos"))
         .where(JobRow.status == QUEUED, JobRow.submission_id.is_(None))
         .subquery()
     )
-    moved = update(JobRow).where(JobRow.id == ranked.c.id, JobRow.queue_position.is_distinct_from(ranked.c.pos))
-    n = s.execute(moved.values(queue_position=ranked.c.pos), execution_options={"synchronize_session": False}).rowcount
+    moved = [{"id": r.id, "queue_position": r.pos} for r in s.execute(select(ranked.c.id, ranked.c.pos).where(ranked.c.was.is_distinct_from(ranked.c.pos)))]
+    if moved:
+        s.execute(update(JobRow), moved)  # by primary key, many rows in one statement
     # Those being submitted are out of line.
-    out = update(JobRow).where(JobRow.status == QUEUED, JobRow.submission_id.is_not(None), JobRow.queue_position.is_not(None))
+    out = update(JobRow).where(JobRow.submission_id > "", JobRow.queue_position.is_not(None))
     s.execute(out.values(queue_position=None), execution_options={"synchronize_session": False})
-    return n
+    return len(moved)

@@ -100,9 +100,16 @@ class JobRow(Base):
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)
         Index("ix_jobs_status_created_id", "status", "created_at", "id"),  # the same, by status
-        Index("ix_jobs_queue", "status", "priority", "queued_at", "id"),  # the queue in its order
         Index("ix_jobs_status_finished", "status", "finished_at"),  # history retention, oldest first
+        Index("ix_jobs_submission", "submission_id"),  # the few jobs being submitted (NULL for all others)
+        Index("ix_jobs_status_deadline", "status", "scheduling_timeout_s"),  # queued jobs with a deadline
+        Index("ix_jobs_status_demand", "status", "demand_cpus", "demand_gpus"),  # queued jobs too big for the cluster
     )
+
+
+# The queue in its order (priority descending, then arrival): admission reads its head, and
+# the stored positions are checked from this index alone.
+Index("ix_jobs_queue", JobRow.status, JobRow.priority.desc(), JobRow.queued_at, JobRow.id, JobRow.submission_id, JobRow.queue_position)
 
 
 class JobLabelRow(Base):

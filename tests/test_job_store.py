@@ -147,7 +147,14 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
         monitor.admit()  # the same queue, the same cluster: nothing to write
     finally:
         event.remove(engine, "after_cursor_execute", count)
-    assert changed and sum(changed) == 0
+    assert sum(changed) == 0  # no row written (no UPDATE sent at all, or one that matched nothing)
+
+    # A tick looks again at what was submitted or moved since the last one.
+    newer = submit(service, name="newer")
+    service.cancel(ids[0])
+    monitor.admit()
+    assert service.get(newer).queue_position == 4 and service.get(newer).status_reason.startswith("waiting for the Ray cluster")
+    assert [service.get(i).queue_position for i in ids[2:]] == [1, 2, 3]
 
 
 def test_admission_starts_the_head_in_order_and_stops_at_the_first_that_waits():

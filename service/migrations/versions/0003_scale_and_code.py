@@ -22,8 +22,11 @@ _JOB_COLUMNS = ("demand_cpus", "demand_gpus", "holds_cpus", "holds_gpus", "sched
 _JOB_INDEXES = {
     "ix_jobs_created_id": ["created_at", "id"],
     "ix_jobs_status_created_id": ["status", "created_at", "id"],
-    "ix_jobs_queue": ["status", "priority", "queued_at", "id"],
+    "ix_jobs_queue": ["status", sa.text("priority DESC"), "queued_at", "id", "submission_id", "queue_position"],
     "ix_jobs_status_finished": ["status", "finished_at"],
+    "ix_jobs_submission": ["submission_id"],
+    "ix_jobs_status_deadline": ["status", "scheduling_timeout_s"],
+    "ix_jobs_status_demand": ["status", "demand_cpus", "demand_gpus"],
 }
 
 
