@@ -13,9 +13,9 @@ Needs only httpx and pydantic. Server errors are raised as the classes of
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +29,9 @@ from api.errors import RaydockError, error_from_body
 from api.schemas import CodePackagePublic
 from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
 from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
+
+
+DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
 
 
 class Client:
@@ -160,9 +163,25 @@ class Job:
     def delete(self) -> None:
         self.client.request("DELETE", f"/v1/jobs/{self.id}")
 
-    def metrics(self, since: int = -1) -> list[MetricPoint]:
-        data = self.client.request("GET", f"/v1/jobs/{self.id}/metrics", params={"since": since}).json()
-        return [MetricPoint.model_validate(m) for m in data]
+    def metrics(self, since: int = -1, *, max_points: int | None = None, page_size: int = 1000) -> list[MetricPoint]:
+        """Every report with seq > since, fetched page by page; with ``max_points`` the
+        series downsampled for a chart (each point the last report of a bucket, with the
+        bucket's ``metrics_min`` / ``metrics_max``)."""
+        if max_points is not None:
+            data = self.client.request("GET", f"/v1/jobs/{self.id}/metrics", params={"since": since, "max_points": max_points}).json()
+            return [MetricPoint.model_validate(m) for m in data]
+        return list(self.iter_metrics(since, page_size=page_size))
+
+    def iter_metrics(self, since: int = -1, *, page_size: int = 1000) -> Iterator[MetricPoint]:
+        """The stored reports with seq > since, one page per request, following the
+        server's ``Link: rel=next``."""
+        params: dict[str, Any] | None = {"since": since, "limit": page_size}
+        url = f"/v1/jobs/{self.id}/metrics"
+        while url:
+            r = self.client.request("GET", url, params=params)
+            for m in r.json():
+                yield MetricPoint.model_validate(m)
+            url, params = r.links.get("next", {}).get("url"), None
 
     def stream_metrics(self, since: int = -1) -> Iterator[MetricPoint]:
         """Yield each report as the server receives it, until the job ends."""
@@ -231,9 +250,17 @@ class Job:
                 raise RaydockError(f"job {self.id} has no checkpoints", code="no_checkpoints", status=404)
             checkpoint = found[-1]
         cid = checkpoint if isinstance(checkpoint, int) else checkpoint.id
-        data = self.client.request("GET", f"/v1/jobs/{self.id}/checkpoints/{cid}/download").content
         target = Path(dest) / f"{self.id}-{cid}"
         target.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(target, filter="data")
+        # Written to disk as it arrives, then unpacked from there: memory stays flat whatever the size.
+        with tempfile.TemporaryFile(dir=target) as archive:
+            with self.client.http.stream("GET", f"/v1/jobs/{self.id}/checkpoints/{cid}/download", timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise error_from_body(r.status_code, r.json())
+                for piece in r.iter_bytes(DOWNLOAD_PIECE):
+                    archive.write(piece)
+            archive.seek(0)
+            with tarfile.open(fileobj=archive, mode="r:gz") as tar:
+                tar.extractall(target, filter="data")
         return target

@@ -9,6 +9,12 @@ never raised. Events of a job that is not running (ended, or queued for its next
 attempt) are ignored: a push carries the token of the attempt that sent it, and a new
 attempt gets a new token. Every stored event is keyed by ``(job, attempt, src_seq)``
 and stored once.
+
+Both channels hand over many events at once (a log read, a pushed batch), taken in one
+transaction: the keys a batch already has are read with one indexed query per table,
+sequence numbers come from per-job counters on the job row (never from counting a
+series), and new metric rows are inserted together, so the cost of an event does not
+grow with the length of its job's series.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections import defaultdict
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.schemas import FailureCause, JobStatus
@@ -41,24 +47,28 @@ from api.schemas.events import (
     WorkerGroupEvent,
     parse_event,
 )
-from service import lifecycle, storage
+from service import lifecycle, logs, storage
 from service.store import (
     CheckpointRow,
+    EventKey,
     ExploitRow,
     JobRow,
-    LogChunkRow,
     MetricRow,
     SearchResultRow,
     TrialMetricRow,
     TrialRow,
     WorkerGroupRow,
     count,
-    seen,
 )
 
 RECEIVING = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
 MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
 MAX_REASON = 300
+KEY_BATCH = 500  # event keys looked up per query
+# Where each keyed event is stored (its (attempt, src_seq) once).
+KEYED: dict[type, type[EventKey]] = {
+    MetricEvent: MetricRow, TrialMetricEvent: TrialMetricRow, WorkerGroupEvent: WorkerGroupRow, ExploitEvent: ExploitRow,
+}  # fmt: skip
 
 
 class Dropped(Exception):
@@ -94,13 +104,47 @@ def parse_log_events(text: str) -> list[Any]:
     return out
 
 
+class _Batch:
+    """What one transaction of events knows: the keys already stored (read once per
+    table, for the seqs the batch holds) and the metric rows to insert together."""
+
+    def __init__(self, s: Session, job: JobRow, events: list[Any]):
+        self.s, self.job = s, job
+        self.wanted: defaultdict[type[EventKey], set[int]] = defaultdict(set)
+        for e in events:
+            if (table := KEYED.get(type(e))) is not None:
+                self.wanted[table].add(e.seq)
+        self.stored: dict[type[EventKey], set[int]] = {}
+        self.metrics: list[dict[str, Any]] = []
+
+    def seen(self, table: type[EventKey], seq: int) -> bool:
+        if table not in self.stored:
+            wanted, found = sorted(self.wanted[table]), set()
+            for i in range(0, len(wanted), KEY_BATCH):
+                q = select(table.src_seq).where(
+                    table.job_id == self.job.id, table.attempt == self.job.attempt, table.src_seq.in_(wanted[i : i + KEY_BATCH])
+                )
+                found.update(self.s.scalars(q))
+            self.stored[table] = found
+        return seq in self.stored[table]
+
+    def stored_now(self, table: type[EventKey], seq: int) -> None:
+        self.stored.setdefault(table, set()).add(seq)
+
+    def flush(self) -> None:
+        if self.metrics:
+            self.s.execute(insert(MetricRow), self.metrics)
+            self.metrics = []
+
+
 class Ingest:
-    """Takes events and log chunks into the store. One lock per job keeps a job's two
+    """Takes events and log text into the store. One lock per job keeps a job's two
     channels from interleaving; jobs never wait on each other."""
 
-    def __init__(self, sessions: sessionmaker, storage_path: str):
+    def __init__(self, sessions: sessionmaker, storage_path: str, max_log_bytes: int = 64 << 20):
         self.sessions = sessions
         self.storage_path = storage_path
+        self.max_log_bytes = max_log_bytes
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
     def check_token(self, job_id: str, token: str | None) -> bool:
@@ -110,42 +154,54 @@ class Ingest:
             stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
         return stored is not None and secrets.compare_digest(stored, token_hash(token))
 
-    def push(self, job_id: str, raw: Any) -> None:
-        """One event from the HTTP channel."""
-        self.take(job_id, [raw], push=True)
+    def push(self, job_id: str, raws: list[Any]) -> None:
+        """Events from the HTTP channel (one post may carry many)."""
+        self.take(job_id, raws, push=True)
 
-    def log(self, job_id: str, full_log: str) -> None:
-        """Take the part of a job's log past what is stored, up to its last full line."""
-        with self.sessions() as s:
-            offset = s.scalar(select(JobRow.log_offset).where(JobRow.id == job_id))
-        if offset is None:
-            return
-        end = full_log.rfind("\n", offset) + 1
-        if end <= offset:
-            return
-        text = full_log[offset:end]
-        self.take(job_id, parse_log_events(text), log_text=text, log_offset=end)
+    def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:
+        """Take the current attempt's log text that starts at character ``at``, up to its
+        last full line (all of it when ``final``: the attempt ended). Returns how many
+        characters were taken: 0 when ``at`` is not where the stored log of this attempt
+        ends (the caller reads again from there)."""
+        end = len(text) if final else text.rfind("\n") + 1
+        if end <= 0:
+            return 0
+        text = text[:end]
+        return end if self.take(job_id, parse_log_events(text), log_text=text, log_at=at) else 0
 
-    def take(self, job_id: str, raws: list[Any], *, log_text: str | None = None, log_offset: int | None = None, push: bool = False) -> None:
-        """Store events once each, and optionally a log chunk with the offset it brings
-        the job to. Never raises for what an event holds."""
+    def take(self, job_id: str, raws: list[Any], *, log_text: str | None = None, log_at: int | None = None, push: bool = False) -> bool:
+        """Store events once each, and optionally log text of the current attempt that
+        starts at ``log_at``, in one transaction. Never raises for what an event holds.
+        False when nothing was taken (no such job, or the log text is not the next)."""
         with self._locks[job_id], self.sessions.begin() as s:
-            job = s.get(JobRow, job_id)
-            if job is None:
-                return
+            job = s.get(JobRow, job_id, with_for_update=True)
+            if job is None or (log_at is not None and log_at != job.log_offset):
+                return False
             if job.status in RECEIVING:
+                events: list[Any] = []
                 for raw in raws:
+                    try:
+                        events.append(parse_event(raw))
+                    except (ValidationError, ValueError, TypeError, RecursionError) as exc:
+                        self._drop(job, exc)
+                batch = _Batch(s, job, events)
+                for event in events:
                     try:
                         # Every check of an event comes before its first write: a refused
                         # event leaves nothing behind.
-                        self._apply(s, job, parse_event(raw), push)
+                        self._apply(s, job, event, push, batch)
                     except (ValidationError, Dropped, ValueError, TypeError, OverflowError) as exc:
-                        job.dropped_events = (job.dropped_events or 0) + 1
-                        job.last_drop_reason = _reason(exc)
-            if log_text:
-                s.add(LogChunkRow(job_id=job_id, text=log_text))
-            if log_offset is not None:
-                job.log_offset = log_offset
+                        self._drop(job, exc)
+                batch.flush()
+            if log_text is not None and log_at is not None:
+                logs.append(s, job, log_text, self.max_log_bytes)
+                job.log_offset = log_at + len(log_text)
+            return True
+
+    @staticmethod
+    def _drop(job: JobRow, exc: Exception) -> None:
+        job.dropped_events = (job.dropped_events or 0) + 1
+        job.last_drop_reason = _reason(exc)
 
     # ------------------------------------------------------------------ one event
 
@@ -154,13 +210,13 @@ class Ingest:
             raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix")
         return path
 
-    def _apply(self, s: Session, job: JobRow, event: Any, push: bool) -> None:
+    def _apply(self, s: Session, job: JobRow, event: Any, push: bool, batch: _Batch) -> None:
         match event:
             case StartedEvent():
                 if job.status == JobStatus.STARTING.value:
                     lifecycle.transition(s, job, JobStatus.RUNNING, reason="driver started")
             case MetricEvent():
-                _metric(s, job, event, push)
+                _metric(s, job, event, push, batch)
             case CheckpointEvent():
                 path = self._own_path(job, event.path)
                 if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
@@ -179,17 +235,19 @@ class Ingest:
                 if event.metrics and not job.latest_metrics:
                     job.latest_metrics = event.metrics
             case WorkerGroupEvent():
-                if seen(s, WorkerGroupRow, job.id, job.attempt, event.seq):
+                if batch.seen(WorkerGroupRow, event.seq):
                     return
                 s.add(WorkerGroupRow(
                     job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts,
-                    seq=count(s, WorkerGroupRow, WorkerGroupRow.job_id == job.id), world_size=event.world_size,
+                    seq=job.worker_groups_stored, world_size=event.world_size,
                     nodes=[n.model_dump() for n in event.nodes],
                 ))  # fmt: skip
+                batch.stored_now(WorkerGroupRow, event.seq)
+                job.worker_groups_stored += 1
             case TrialMetricEvent() | TrialEvent() | ExploitEvent() | BestTrialEvent() if job.kind != "tune":
                 raise Dropped(f"a {job.kind} job sent a search event ({event.type})")
             case TrialMetricEvent():
-                _trial_metric(s, job, event)
+                _trial_metric(s, job, event, batch)
             case TrialEvent():
                 row = _trial(s, job, event.trial_id)
                 if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
@@ -202,8 +260,9 @@ class Ingest:
                     row.note = event.note
             case ExploitEvent():
                 self._own_path(job, event.checkpoint_path)
-                if seen(s, ExploitRow, job.id, job.attempt, event.seq):
+                if batch.seen(ExploitRow, event.seq):
                     return
+                batch.stored_now(ExploitRow, event.seq)
                 s.add(ExploitRow(
                     job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts, trial_id=event.trial_id,
                     donor_trial_id=event.donor_trial_id, donor_time=event.donor_time, trial_time=event.trial_time,
@@ -218,21 +277,25 @@ class Ingest:
                 row.config, row.values, row.checkpoint_path = event.config, event.metrics, event.checkpoint_path
                 s.add(row)
                 job.latest_metrics = {**event.metrics, "trial_id": event.trial_id}
-        s.flush()  # a later event of the same batch must see this one's rows
 
 
-def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool) -> None:
-    if seen(s, MetricRow, job.id, job.attempt, event.seq):
+def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool, batch: _Batch) -> None:
+    if batch.seen(MetricRow, event.seq):
         return
-    if push and event.seq != count(s, MetricRow, MetricRow.job_id == job.id, MetricRow.attempt == job.attempt):
+    if job.attempt_metrics_of != job.attempt:
+        job.attempt_metrics_of, job.attempt_metrics = job.attempt, 0
+    if push and event.seq != job.attempt_metrics:
         # The fast channel only extends an unbroken series; after a gap (the API was
         # down) the log brings the missing reports in order, so seq follows src_seq.
         return
     m = event.metrics
-    s.add(MetricRow(
-        job_id=job.id, attempt=job.attempt, src_seq=event.seq, seq=count(s, MetricRow, MetricRow.job_id == job.id),
+    batch.metrics.append(dict(
+        job_id=job.id, attempt=job.attempt, src_seq=event.seq, seq=job.metrics_stored,
         ts=event.ts, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m,
     ))  # fmt: skip
+    batch.stored_now(MetricRow, event.seq)
+    job.metrics_stored += 1
+    job.attempt_metrics += 1
     job.latest_metrics = m
     if job.status == JobStatus.STARTING.value:
         lifecycle.transition(s, job, JobStatus.RUNNING, reason="training")
@@ -247,9 +310,10 @@ def _trial(s: Session, job: JobRow, trial_id: str) -> TrialRow:
     return row
 
 
-def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent) -> None:
-    if seen(s, TrialMetricRow, job.id, job.attempt, event.seq):
+def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batch) -> None:
+    if batch.seen(TrialMetricRow, event.seq):
         return
+    batch.stored_now(TrialMetricRow, event.seq)
     m = event.metrics
     s.add(TrialMetricRow(
         job_id=job.id, attempt=job.attempt, src_seq=event.seq, trial_id=event.trial_id, ts=event.ts,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from sqlalchemy import select
@@ -16,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
 from api.schemas import CODE_REF_PREFIX, CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
-from service import admission, lifecycle, listing, queue, storage, user_code
+from service import admission, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
 from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
-from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, count, utcnow
+from service.store import CheckpointRow, JobRow, count, utcnow
 
 
 def to_public(job: JobRow) -> JobPublic:
@@ -58,7 +59,7 @@ class JobService:
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
-        self.events = Ingest(sessions, settings.resolved_storage_path)
+        self.events = Ingest(sessions, settings.resolved_storage_path, settings.max_log_bytes)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
 
@@ -149,18 +150,28 @@ class JobService:
             rows, total, after = listing.page(s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
             return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
-    def metrics(self, job_id: str, since: int = -1) -> list[MetricPoint]:
+    def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
+        """A page of reports with seq > since, and whether more follow (``service/series.py``)."""
         with self.sessions() as s:
             self._job(s, job_id)
-            rows = s.scalars(select(MetricRow).where(MetricRow.job_id == job_id, MetricRow.seq > since).order_by(MetricRow.seq))
-            return [MetricPoint(seq=r.seq, attempt=r.attempt, ts=r.ts, step=r.step, epoch=r.epoch, metrics=r.values) for r in rows]
+            return series.page(s, job_id, since, limit)
+
+    def metrics_downsampled(self, job_id: str, since: int, max_points: int) -> list[MetricPoint]:
+        with self.sessions() as s:
+            self._job(s, job_id)
+            return series.downsample(s, job_id, since, max_points)
 
     def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
-        """Log text from character ``offset`` on, and the offset after it."""
+        """Stored log text from character ``offset`` on (a few MiB at most) and the offset
+        after it (``service/logs.py``)."""
         with self.sessions() as s:
             self._job(s, job_id)
-            text = "".join(s.scalars(select(LogChunkRow.text).where(LogChunkRow.job_id == job_id).order_by(LogChunkRow.id)))
-        return text[offset:], len(text)
+            return logs.read(s, job_id, offset)
+
+    def log_stream(self, job_id: str, offset: int = 0) -> Iterator[str]:
+        """All stored log text from ``offset`` on, piece by piece."""
+        self.get(job_id)
+        return logs.stream(self.sessions, job_id, offset)
 
     def is_terminal(self, job_id: str) -> bool:
         return self.get(job_id).status.is_terminal()
@@ -178,7 +189,7 @@ class JobService:
             if storage.within(r.path, prefix) and storage.exists(r.path)
         ]
 
-    def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, bytes]:
+    def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
         with self.sessions() as s:
             self._job(s, job_id)
             row = s.get(CheckpointRow, checkpoint_id)

@@ -23,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import select, update
 
 from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
-from service import admission, lifecycle, queue
+from service import admission, lifecycle, logs, queue
 from service.attempts import ACTIVE, Attempts
 from service.jobs import JobService
+from service.log_tails import LogTails
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow, aware, store_id, utcnow
 
@@ -35,7 +36,6 @@ LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
 FULL_PASS_S = 30.0  # admission rereads every queued job's reason and place at least this often
-LOG_EVERY_S = 1.0
 
 
 class Monitor:
@@ -52,7 +52,7 @@ class Monitor:
         self._reconciled_at = float("-inf")
         self._code_collected_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
-        self._log_read_at: dict[str, float] = {}
+        self.tails = LogTails(service.backend, service.events)
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
@@ -95,8 +95,7 @@ class Monitor:
                 self._follow_failed(job_id, exc)
             else:
                 self._follow_failures.pop(job_id, None)
-        for gone in set(self._log_read_at) - set(active):
-            del self._log_read_at[gone]
+        self.tails.forget(set(active))
         was_unreachable, self._unreachable_since = self._unreachable_since is not None, None
         try:
             if was_unreachable or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
@@ -277,7 +276,7 @@ class Monitor:
             job = s.get(JobRow, job_id)
             if job is None or job.ray_job_id is None:
                 return
-            submission_id, current = job.ray_job_id, JobStatus(job.status)
+            submission_id, current, log_offset = job.ray_job_id, JobStatus(job.status), job.log_offset
         # Status first, then logs: once Ray says the job ended, the log we read is complete.
         state = self.backend.state(submission_id)
         if state is None:
@@ -289,14 +288,10 @@ class Monitor:
                 )  # fmt: skip
             return
         target = lifecycle.from_ray(state.status, current)
-        # Ray's Jobs API serves a job's whole log at once: read it at most every
-        # LOG_EVERY_S while the job runs (the push channel is the fast one), and always
-        # once it ended, so its last lines are stored before its end is.
-        now, full_log = time.monotonic(), ""
-        if target.is_terminal() or now - self._log_read_at.get(job_id, float("-inf")) >= LOG_EVERY_S:
-            full_log = self.backend.logs(submission_id)
-            self.service.events.log(job_id, full_log)
-            self._log_read_at[job_id] = now
+        # What the attempt logged since the last tick (service/log_tails.py); once Ray says
+        # it ended, its whole log is stored before its end is.
+        if not self.tails.read(job_id, submission_id, log_offset, target.is_terminal()):
+            return
         if current == JobStatus.CANCELLING and not target.is_terminal():
             self.backend.stop(submission_id)  # a stop lost to a restart is asked again
             return
@@ -307,7 +302,8 @@ class Monitor:
             job = s.get(JobRow, job_id)
             if job.ray_job_id != submission_id:
                 return  # a new attempt started meanwhile
-            decision = lifecycle.decide(job, state.status, state.message, full_log[-LOG_TAIL_IN_ERROR:])
+            log_tail = logs.tail(s, job, LOG_TAIL_IN_ERROR) if target.is_terminal() else ""
+            decision = lifecycle.decide(job, state.status, state.message, log_tail)
             if decision.target is not None:
                 lifecycle.transition(s, job, decision.target, reason=decision.reason, cause=decision.cause, error=decision.error)
 

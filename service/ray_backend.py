@@ -17,7 +17,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
@@ -155,8 +155,15 @@ class RayBackend:
         ]
 
     def logs(self, submission_id: str) -> str:
+        """The job's whole log."""
         with self._calling("a log read"):
             return self.jobs.get_job_logs(submission_id)
+
+    async def tail_logs(self, submission_id: str) -> AsyncIterator[str]:
+        """The job's log from its start, then each new piece as it is written; ends once
+        the job has ended and all of it was sent (Ray's log tail, a websocket)."""
+        async for piece in self.jobs.tail_job_logs(submission_id):
+            yield piece
 
     def stop(self, submission_id: str) -> None:
         """Stop a Ray job; one that has ended or never existed needs no stop."""

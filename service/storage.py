@@ -6,10 +6,12 @@ results) is accepted only inside it (``within``), and read back only from inside
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
+import queue
 import tarfile
+import threading
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -61,26 +63,78 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-def archive(uri: str, prefix: str) -> bytes:
-    """A tar.gz of the directory at ``uri``, with paths relative to it. Only files that
-    are inside ``prefix`` are read: a link out of the job's prefix is left out."""
+ARCHIVE_PIECE = 256 * 1024  # bytes of tar.gz handed on at a time
+ARCHIVE_QUEUE = 16  # pieces in flight: what a download holds in memory, whatever its size
+
+
+class _Pipe:
+    """The write end tarfile writes into; a bounded queue carries the pieces to the reader."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[bytes | BaseException | None] = queue.Queue(ARCHIVE_QUEUE)
+        self.buf = bytearray()
+        self.closed = threading.Event()  # the reader went away
+
+    def write(self, data: bytes) -> int:
+        if self.closed.is_set():
+            raise BrokenPipeError("the download was closed")
+        self.buf += data
+        if len(self.buf) >= ARCHIVE_PIECE:
+            self._put(bytes(self.buf))
+            self.buf.clear()
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        while not self.closed.is_set():
+            try:
+                self.q.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+
+def archive(uri: str, prefix: str) -> Iterator[bytes]:
+    """A tar.gz of the directory at ``uri``, with paths relative to it, as pieces made
+    while they are read: a writer thread packs file by file into a bounded pipe, so the
+    memory it takes does not grow with the checkpoint. Only files inside ``prefix`` are
+    read: a link out of the job's prefix is left out."""
     if not within(uri, prefix):
         raise PermissionError(f"{uri} is outside {prefix}")
     fs, root = _resolve(uri)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-            if info.type != pafs.FileType.File:
-                continue
-            if _is_local(uri) and not within(info.path, prefix):
-                continue
-            with fs.open_input_stream(info.path) as f:
-                data = f.read()
-            member = tarfile.TarInfo(info.path[len(root) :].lstrip("/"))
-            member.size = len(data)
-            member.mtime = int(info.mtime.timestamp()) if info.mtime else 0
-            tar.addfile(member, io.BytesIO(data))
-    return buf.getvalue()
+    files = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
+    if _is_local(uri):
+        files = [i for i in files if within(i.path, prefix)]
+    pipe = _Pipe()
+
+    def pack() -> None:
+        try:
+            with tarfile.open(fileobj=pipe, mode="w:gz", compresslevel=1) as tar:
+                for info in files:
+                    member = tarfile.TarInfo(info.path[len(root) :].lstrip("/"))
+                    member.size = info.size
+                    member.mtime = int(info.mtime.timestamp()) if info.mtime else 0
+                    with fs.open_input_stream(info.path) as f:
+                        tar.addfile(member, f)
+            pipe._put(bytes(pipe.buf))
+            pipe._put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            pipe._put(exc)
+
+    def pieces() -> Iterator[bytes]:
+        threading.Thread(target=pack, daemon=True, name="raydock-archive").start()
+        try:
+            while (item := pipe.q.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                if item:
+                    yield item
+        finally:
+            pipe.closed.set()
+
+    return pieces()
 
 
 def write_private(uri: str, data: bytes) -> None:

@@ -6,8 +6,9 @@ kept by Ray for the life of the job and re-read by the server after a restart, s
 the durable channel: whatever prefix Ray puts before the marker, the server finds it.
 When the launch names an events URL, each event is also POSTed there at once from a
 daemon thread, which takes the report-to-API latency from the log tailer's ~1 s down to
-milliseconds. Both channels carry the same (type, seq) key and the server stores each
-event once. The events themselves are the typed models of ``api.schemas``.
+milliseconds; events that pile up while a post is under way go in one batch. Both
+channels carry the same (type, seq) key and the server stores each event once. The
+events themselves are the typed models of ``api.schemas``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def sendable_metrics(values: dict[str, Any]) -> dict[str, Any]:
 
 class _Pusher:
     """Posts events to the server from a daemon thread so training never waits on HTTP.
-    A failed post is dropped: the log line is the record of truth."""
+    Events that queued up while a post was under way go together in the next one (a JSON
+    array, stored in one transaction). A failed post is dropped: the log line is the
+    record of truth."""
+
+    MAX_BATCH = 200  # events in one post
+    MAX_BATCH_BYTES = 256 * 1024  # well under the server's request cap
 
     def __init__(self, url: str, token: str | None):
         self.url, self.token = url, token
@@ -64,18 +70,37 @@ class _Pusher:
         self.thread = threading.Thread(target=self._run, daemon=True, name="raydock-events")
         self.thread.start()
 
+    def _batch(self, first: bytes) -> tuple[list[bytes], bool]:
+        """The first event and whatever else is queued now (within the bounds); True once
+        the stop sentinel was taken."""
+        batch, size = [first], len(first)
+        while len(batch) < self.MAX_BATCH and size < self.MAX_BATCH_BYTES:
+            try:
+                body = self.q.get_nowait()
+            except queue.Empty:
+                break
+            if body is None:
+                self.q.task_done()
+                return batch, True
+            batch.append(body)
+            size += len(body)
+        return batch, False
+
     def _run(self) -> None:
-        while (body := self.q.get()) is not None:
-            req = urllib.request.Request(self.url, data=body, method="POST")
+        stop = False
+        while not stop and (first := self.q.get()) is not None:
+            batch, stop = self._batch(first)
+            req = urllib.request.Request(self.url, data=b"[" + b",".join(batch) + b"]", method="POST")
             req.add_header("Content-Type", "application/json")
             if self.token:
                 req.add_header("Authorization", f"Bearer {self.token}")
             try:
-                urllib.request.urlopen(req, timeout=2).read()
+                urllib.request.urlopen(req, timeout=5).read()
             except Exception:  # noqa: BLE001 - best effort; the log carries the event
                 pass
             finally:
-                self.q.task_done()
+                for _ in batch:
+                    self.q.task_done()
 
     def flush(self, timeout: float = 3.0) -> None:
         deadline = time.monotonic() + timeout

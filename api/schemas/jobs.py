@@ -66,6 +66,12 @@ class MetricPoint(BaseModel):
     step: int | None = None
     epoch: int | None = None
     metrics: dict[str, Any]
+    # Set only in a downsampled series (`max_points`): the point is the last report of a
+    # bucket of consecutive reports, and these say what the bucket held.
+    points: int = Field(default=1, description="Reports this point stands for (a bucket of a downsampled series; 1 otherwise).")
+    first_seq: int | None = Field(default=None, description="Downsampled: seq of the bucket's first report.")
+    metrics_min: dict[str, float] | None = Field(default=None, description="Downsampled: each numeric metric's smallest value in the bucket.")
+    metrics_max: dict[str, float] | None = Field(default=None, description="Downsampled: each numeric metric's largest value in the bucket.")
 
 
 class CheckpointPublic(BaseModel):

@@ -1,8 +1,9 @@
-"""Routes of a job's checkpoints: the list of those still in storage, and one as a tar.gz."""
+"""Routes of a job's checkpoints: the list of those still in storage, and one as a streamed tar.gz."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 
 from api.schemas import CheckpointPublic
 from service.http.deps import CheckpointId, JobId, Jobs
@@ -11,7 +12,7 @@ from service.http.openapi import errors
 router = APIRouter(tags=["checkpoints"])
 
 
-class GzipResponse(Response):
+class GzipResponse(StreamingResponse):
     media_type = "application/gzip"
 
 
@@ -29,6 +30,6 @@ def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
     responses={200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}, **errors(404, 422)},
 )
 def download_checkpoint(jobs: Jobs, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
-    """The checkpoint directory as a tar.gz."""
-    filename, data = jobs.checkpoint_archive(job_id, checkpoint_id)
-    return GzipResponse(data, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory)."""
+    filename, pieces = jobs.checkpoint_archive(job_id, checkpoint_id)
+    return GzipResponse(pieces, headers={"Content-Disposition": f'attachment; filename="{filename}"'})

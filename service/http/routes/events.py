@@ -1,24 +1,29 @@
 """The channel running jobs push their events on: authorised per job by its events
 token, not by the API token, and left out of the OpenAPI document (it is not for users).
-What an event may change is decided by the job service's ingestion, never here."""
+A post carries one event or a batch of them, taken in one transaction. What an event may
+change is decided by the job service's ingestion, never here."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Response
+from pydantic import Field
 
 from api.errors import Unauthorized
 from service.http.deps import JobId, Jobs, bearer_token
 
 router = APIRouter()
+MAX_BATCH = 1000  # events in one post (the body is bounded by RAYDOCK_MAX_REQUEST_BYTES too)
+
+Events = dict[str, Any] | Annotated[list[dict[str, Any]], Field(max_length=MAX_BATCH)]
 
 
 @router.post("/jobs/{job_id}/events", status_code=204, include_in_schema=False)
 def push_events(
-    jobs: Jobs, job_id: JobId, event: Annotated[dict[str, Any], Body()], authorization: Annotated[str | None, Header()] = None
+    jobs: Jobs, job_id: JobId, events: Annotated[Events, Body()], authorization: Annotated[str | None, Header()] = None
 ) -> Response:
     if not jobs.check_events_token(job_id, bearer_token(authorization)):
         raise Unauthorized("unknown job or wrong events token")
-    jobs.ingest(job_id, [event], push=True)
+    jobs.ingest(job_id, events if isinstance(events, list) else [events], push=True)
     return Response(status_code=204)

@@ -1,5 +1,7 @@
-"""Route of a job's driver log (every worker's output): the text from an offset, or
-with ``follow=true`` a text stream until the job ends."""
+"""Route of a job's driver log (every worker's output): the stored text from an offset,
+or with ``follow=true`` a text stream until the job ends. Both read ranges of stored
+chunks (``service/logs.py``), so neither holds the whole log, and a follow poll costs
+the same whatever the log's size."""
 
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ TEXT = "text/plain; charset=utf-8"
 
 @router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422))
 def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0) -> Response:
-    """The job's driver log (all workers' output). `follow=true` streams until the job ends."""
+    """The job's driver log (all workers' output) from character `offset` on. `follow=true` streams
+    until the job ends. A log over RAYDOCK_MAX_LOG_BYTES keeps its head and tail; a line in between
+    says how many bytes were dropped."""
     if not follow:
-        text, _ = jobs.logs(job_id, offset)
-        return PlainTextResponse(text, media_type=TEXT)
+        return StreamingResponse(jobs.log_stream(job_id, offset), media_type=TEXT)
     jobs.get(job_id)  # 404 before the stream opens
 
     async def chunks() -> AsyncIterator[str]:
@@ -31,8 +34,10 @@ def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0
         try:
             while True:
                 terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
-                text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
-                if text:
+                while True:  # everything stored so far, a range at a time
+                    text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
+                    if not text:
+                        break
                     yield text
                 if terminal:
                     return

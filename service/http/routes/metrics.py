@@ -1,27 +1,57 @@
-"""Routes of a job's metric series: the stored reports, and the same as server-sent
-events until the job ends. The stream polls the store off the event loop."""
+"""Routes of a job's metric series: the stored reports in pages or downsampled for a
+chart, and the same as server-sent events until the job ends. The stream polls the store
+off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from api.errors import NotFound, RaydockError
 from api.schemas import MetricPoint
-from api.errors import NotFound
+from service import series
 from service.http.deps import ExistingJobId, JobId, Jobs, Since
 from service.http.openapi import errors
 
 router = APIRouter(tags=["metrics"])
 STREAM_POLL_S = 0.2
 
+Limit = Annotated[
+    int | None,
+    Query(ge=1, le=series.PAGE_MAX, description=f"Most reports in the page (default {series.PAGE_DEFAULT}); the `Link` header (rel=next) names the next page."),
+]
+MaxPoints = Annotated[
+    int | None,
+    Query(
+        ge=2, le=series.POINTS_MAX,
+        description="Downsample every report after `since` to at most this many points for a chart: the first report, then "
+        "buckets of consecutive reports, each as its last report with `points`, `first_seq`, `metrics_min` and `metrics_max`.",
+    ),
+]  # fmt: skip
+
 
 @router.get("/jobs/{job_id}/metrics", response_model=list[MetricPoint], operation_id="get_metrics", responses=errors(404, 422))
-def get_metrics(jobs: Jobs, job_id: JobId, since: Since = -1) -> list[MetricPoint]:
-    """Stored reports with seq > since."""
-    return jobs.metrics(job_id, since)
+def get_metrics(
+    jobs: Jobs, job_id: JobId, request: Request, response: Response, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
+) -> list[MetricPoint]:
+    """Stored reports with seq > since, in seq order: a page of `limit` (a `Link: <...>; rel="next"` header
+    when more follow), or with `max_points` the whole rest of the series downsampled."""
+    if max_points is not None:
+        if limit is not None:
+            raise RaydockError(
+                "Send either limit (a page of reports) or max_points (the series downsampled), not both.",
+                code="invalid_query", status=422,
+            )  # fmt: skip
+        return jobs.metrics_downsampled(job_id, since, max_points)
+    limit = limit or series.PAGE_DEFAULT
+    points, more = jobs.metrics(job_id, since, limit)
+    if more:
+        response.headers["Link"] = f'<{request.url.path}?since={points[-1].seq}&limit={limit}>; rel="next"'
+    return points
 
 
 @router.get(
@@ -33,9 +63,12 @@ async def stream_metrics(jobs: Jobs, job_id: ExistingJobId, since: Since = -1) -
     try:
         while True:
             terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
-            for point in await asyncio.to_thread(jobs.metrics, job_id, since):
-                since = point.seq
-                yield ServerSentEvent(data=point.model_dump(mode="json"), event="metric", id=str(point.seq))
+            more = True
+            while more:
+                points, more = await asyncio.to_thread(jobs.metrics, job_id, since)
+                for point in points:
+                    since = point.seq
+                    yield ServerSentEvent(data=point.model_dump(mode="json"), event="metric", id=str(point.seq))
             if terminal:
                 job = await asyncio.to_thread(jobs.get, job_id)
                 yield ServerSentEvent(data={"status": job.status.value}, event="end")

@@ -1,0 +1,163 @@
+"""Events and logs at scale, on the store (SQLite and PostgreSQL) with no Ray behind it:
+batched ingestion over both channels stores every event once, metric pages are complete
+and downsampling keeps what a chart needs, and a capped log keeps its head and tail,
+says what it dropped, and still takes in every event it held."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import select
+
+from api.schemas import event_line, parse_event
+from service import logs
+from service.store import JobRow, LogChunkRow, MetricRow
+from tests.jobstore import job_service, set_columns, submit
+
+
+def metric(i: int, **values) -> dict:
+    return {"type": "metric", "seq": i, "ts": 1000.0 + i, "metrics": {"loss": 1.0 / (i + 1), "step": i, **values}}
+
+
+def log_text(events: list[dict], noise: str = "a worker printed this\n") -> str:
+    return "".join(noise + event_line(parse_event(e)) + "\n" for e in events)
+
+
+@pytest.fixture()
+def running(database_url, tmp_path):
+    service = job_service(database_url, tmp_path)
+    job_id = submit(service)
+    set_columns(service, job_id, status="RUNNING", attempt=1)
+    return service, job_id
+
+
+def stored(service, job_id: str) -> list[tuple[int, int, int]]:
+    with service.sessions() as s:
+        q = select(MetricRow.seq, MetricRow.attempt, MetricRow.src_seq).where(MetricRow.job_id == job_id).order_by(MetricRow.seq)
+        return [tuple(r) for r in s.execute(q)]
+
+
+def test_both_channels_store_every_event_once_across_batches_and_retries(running):
+    service, job_id = running
+    events = [metric(i) for i in range(600)]
+    service.ingest(job_id, events[:150], push=True)  # a pushed batch
+    service.ingest(job_id, events[100:200], push=True)  # a retried post overlapping it
+    service.ingest(job_id, events[400:450], push=True)  # after a gap: the push does not skip ahead
+    text = log_text(events)
+    first, rest = text[: len(text) // 3], text[len(text) // 3 :]
+    taken = service.events.log(job_id, first, 0)  # the log channel: up to its last full line
+    assert 0 < taken <= len(first)
+    assert service.events.log(job_id, first, 0) == 0  # the same read again is not the next text: refused
+    service.events.log(job_id, first[taken:] + rest, taken)
+    service.ingest(job_id, events[500:], push=True)  # late pushes of what the log brought
+    assert stored(service, job_id) == [(i, 1, i) for i in range(600)]
+
+    # A new attempt numbers its events from 0 again; the job's seq goes on.
+    set_columns(service, job_id, attempt=2, log_offset=0)
+    second = [metric(i) for i in range(20)]
+    service.ingest(job_id, second[:5], push=True)
+    service.events.log(job_id, log_text(second), 0)
+    assert stored(service, job_id)[600:] == [(600 + i, 2, i) for i in range(20)]
+    with service.sessions() as s:
+        job = s.get(JobRow, job_id)
+        assert (job.metrics_stored, job.attempt_metrics, job.latest_metrics["step"]) == (620, 20, 19)
+        assert job.log_offset == len(log_text(second))
+
+
+def test_a_batch_with_bad_events_stores_the_good_ones_and_counts_the_rest(running):
+    service, job_id = running
+    batch = [metric(0), {"type": "metric", "seq": -1, "metrics": {}}, "not an event", metric(1), {"type": "nope", "seq": 2}]
+    service.ingest(job_id, batch, push=True)
+    assert stored(service, job_id) == [(0, 1, 0), (1, 1, 1)]
+    assert service.get(job_id).dropped_events == 3
+
+
+def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(running):
+    service, job_id = running
+    rng = random.Random(0)
+    events = [metric(i, acc=rng.random(), note="text") for i in range(2500)]
+    events[1234]["metrics"]["acc"], events[77]["metrics"]["acc"] = 5.0, -5.0  # the extremes, mid-series
+    service.ingest(job_id, events, push=True)
+
+    seen, since, more = [], -1, True
+    while more:
+        page, more = service.metrics(job_id, since, 700)
+        seen += [p.seq for p in page]
+        since = page[-1].seq
+    assert seen == list(range(2500))
+    assert service.metrics(job_id, 2499, 700) == ([], False)
+
+    points = service.metrics_downsampled(job_id, -1, 100)
+    assert len(points) <= 100
+    assert (points[0].seq, points[0].metrics, points[-1].seq) == (0, events[0]["metrics"], 2499)
+    assert sum(p.points for p in points) == 2500  # every report is in exactly one bucket
+    assert [p.first_seq for p in points[1:]] == [0 + 1] + [p.seq + 1 for p in points[1:-1]]
+    assert max(p.metrics_max["acc"] for p in points[1:]) == 5.0
+    assert min(p.metrics_min["acc"] for p in points[1:]) == -5.0
+    assert "note" not in points[1].metrics_min  # only numbers have extremes
+    assert [p.seq for p in service.metrics_downsampled(job_id, 2400, 500)] == list(range(2401, 2500))  # fewer than asked: as stored
+
+
+def test_a_capped_log_keeps_head_and_tail_says_what_it_dropped_and_takes_in_every_event(running):
+    service, job_id = running
+    cap = 256 * 1024
+    service.events.max_log_bytes = cap
+    events = [metric(i, text="é" * 50) for i in range(3000)]  # multi-byte characters: bytes are not characters
+    text = log_text(events, noise="ü-noise " * 10 + "\n")
+    at = 0
+    for i in range(0, len(text), 50_000):  # as the monitor takes it in, read after read
+        at += service.events.log(job_id, text[at : i + 50_000], at)
+    at += service.events.log(job_id, text[at:], at, final=True)
+    assert at == len(text)
+
+    assert [s for s, _, _ in stored(service, job_id)] == list(range(3000))  # every event, once
+    with service.sessions() as s:
+        job = s.get(JobRow, job_id)
+        whole, end = logs.read(s, job_id, 0, max_chunks=10_000)
+        marks = s.scalars(select(LogChunkRow).where(LogChunkRow.job_id == job_id, LogChunkRow.dropped_bytes.is_not(None))).all()
+        assert end == job.log_end == len(text)
+        assert len(marks) == 1
+        head, tail = whole.split(marks[0].text)
+        dropped = len(text.encode()) - len((head + tail).encode())
+        assert marks[0].text.strip() == f"[raydock: {dropped} bytes of this log were dropped here to keep it under RAYDOCK_MAX_LOG_BYTES={cap}]"
+        assert text.startswith(head) and text.endswith(tail)
+        assert cap // 4 - 2000 <= len(head.encode()) <= cap // 4 and cap // 2 <= len((head + tail).encode()) <= cap
+        # An offset inside the dropped middle reads the marker, then the tail.
+        middle, _ = logs.read(s, job_id, len(text) // 2, max_chunks=10_000)
+        assert middle == marks[0].text + tail
+
+
+def test_log_ranges_return_every_character_once_across_chunk_boundaries(running):
+    service, job_id = running
+    text = "".join(f"line {i} {'ß' * (i % 300)}\n" for i in range(4000))  # ~1.3 MB: many 64 KiB chunks
+    at = 0
+    for size in (1, 70_000, 5, 200_000, 10**9):
+        at += service.events.log(job_id, text[at : at + size], at, final=True)
+    with service.sessions() as s:
+        assert logs.read(s, job_id, 0, max_chunks=10_000) == (text, len(text))
+        sizes = s.scalars(select(LogChunkRow.nbytes).where(LogChunkRow.job_id == job_id)).all()
+        assert max(sizes) <= logs.CHUNK_BYTES and len(sizes) > 10
+        for offset in (0, 1, 65_535, 65_536, 777_777, len(text) - 1, len(text)):
+            out, pos = "", offset
+            while True:  # what a follower does: small ranges until the end
+                piece, pos = logs.read(s, job_id, pos, max_chunks=1)
+                if not piece:
+                    break
+                out += piece
+            assert out == text[offset:]
+
+
+def test_ingested_events_count_nothing_twice_when_a_log_read_is_retried_after_a_restart(running):
+    service, job_id = running
+    text = log_text([metric(i) for i in range(50)])
+    half = text.index("\n", len(text) // 2) + 1
+    service.events.log(job_id, text[:half], 0)
+    # A restarted server's tail sends the log from the start; the stored offset skips what it has.
+    with service.sessions() as s:
+        offset = s.get(JobRow, job_id).log_offset
+    assert offset == half
+    service.events.log(job_id, text[offset:], offset)
+    assert [s for s, _, _ in stored(service, job_id)] == list(range(50))
+    with service.sessions() as s:
+        assert logs.read(s, job_id, 0) == (text, len(text))
