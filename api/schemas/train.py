@@ -156,11 +156,11 @@ class TrainSpec(Strict):
     def _one_model_source(self) -> "TrainSpec":
         if (self.model is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of `model` (a built-in) or `entrypoint` (user code)")
+        if self.working_dir and self.code:
+            raise ValueError("give one of `working_dir` (a directory) or `code` (an uploaded package), not both")
         if self.model is not None:
             if self.working_dir or self.code or self.runtime_env:
                 raise ValueError("`working_dir`, `code` and `runtime_env` apply to user code (`entrypoint`) only")
-        if self.working_dir and self.code:
-            raise ValueError("give one of `working_dir` (a directory) or `code` (an uploaded package), not both")
             if self.epochs is None and self.max_steps is None:
                 self.epochs = 5
             if self.data is None:
