@@ -76,7 +76,7 @@ def _send(client: Client, package: Package, progress: Progress | None) -> CodeUp
                 if progress is not None:
                     progress("bytes", sent, package.size)
 
-    headers = {"Content-Type": "application/zip", "Content-Length": str(package.size)}
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(package.size)}
     r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
     return CodeUpload(**facts, status=r.status_code, sent_bytes=package.size if r.status_code == 201 else 0)
 

@@ -25,6 +25,7 @@ class ServerProcess:
     def __init__(
         self, data_dir: Path, ray_address: str | None, *, token: str | None = None, port: int | None = None,
         extra_env: dict[str, str] | None = None, unset_env: tuple[str, ...] = (), cwd: Path | None = None,
+        python: str | None = None,
     ):  # fmt: skip
         self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
         self.port = port or free_ports(1)[0]
@@ -32,6 +33,7 @@ class ServerProcess:
         self.extra_env = extra_env or {}
         self.unset_env = unset_env
         self.cwd = cwd  # None: this process's working directory
+        self.python = python or sys.executable  # another environment's Python runs another install of raydock
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
@@ -45,7 +47,7 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+            [self.python, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

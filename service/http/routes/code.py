@@ -19,7 +19,7 @@ ZIP_BODY = {
     "requestBody": {
         "required": True,
         "description": "The package: a zip whose entries are plain files under `code/` (what the SDK and CLI build).",
-        "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
 
@@ -61,4 +61,5 @@ def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
 @router.head("/code/{sha256}", operation_id="head_code", responses={200: {"description": "Stored."}, 404: {"description": "Not stored."}})
 def head_code(code: Code, sha256: Sha256) -> Response:
     """200 when the server has the package (its retention restarts), 404 when it must be uploaded."""
-    return Response(status_code=404 if code.touch(sha256) is None else 200)
+    # No body, as for any HEAD; the type says what a GET would answer.
+    return Response(status_code=404 if code.touch(sha256) is None else 200, media_type="application/json")
