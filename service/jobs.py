@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -23,6 +24,8 @@ from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, count, utcnow
+
+CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 
 
 def to_public(job: JobRow) -> JobPublic:
@@ -61,6 +64,7 @@ class JobService:
         self.backend = backend
         self.events = Ingest(sessions, settings.resolved_storage_path, settings.max_log_bytes)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
+        self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
         self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
 
     def prefix(self, job_id: str) -> str:
@@ -75,12 +79,26 @@ class JobService:
         if spec.is_user_code and spec.code:
             self.code.check_ref(spec.code, spec.entrypoint, ["base"] if spec.kind == "tune" else [])
         try:
-            info, extra = self.backend.capacity()
+            info, extra = self._capacity()
         except ClusterUnavailable:
             return  # the job waits QUEUED for the cluster; admission checks again
         max_cpus, max_gpus = admission.max_capacity(info, extra)
         if (refusal := admission.capacity_refusal(spec, max_cpus, max_gpus, info.autoscaler is not None)) is not None:
             raise refusal
+
+    def _capacity(self):
+        """The cluster's capacity for the submit-time check, asked of Ray at most every
+        CAPACITY_TTL_S: a burst of submits costs one call to the dashboard, not one each."""
+        at, answer = self._capacity_seen
+        if time.monotonic() - at >= CAPACITY_TTL_S:
+            try:
+                answer = self.backend.capacity()
+            except ClusterUnavailable as exc:
+                answer = exc
+            self._capacity_seen = (time.monotonic(), answer)
+        if isinstance(answer, ClusterUnavailable):
+            raise answer
+        return answer
 
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobPublic, bool]:
         """Record a job; returns it and whether it was created (False: the same
@@ -220,11 +238,12 @@ class JobService:
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
                     break
             ray_job_id = job.ray_job_id if job.status == JobStatus.CANCELLING.value else None
-        if ray_job_id:
-            try:
-                self.backend.stop(ray_job_id)
-            except (ClusterUnavailable, RuntimeError):
-                pass  # the monitor retries the stop while the job is CANCELLING
+            if not ray_job_id:
+                return to_public(job)
+        try:
+            self.backend.stop(ray_job_id)
+        except (ClusterUnavailable, RuntimeError):
+            pass  # the monitor retries the stop while the job is CANCELLING
         return self.get(job_id)
 
     def resume(self, job_id: str) -> JobPublic:

@@ -36,6 +36,7 @@ LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
 FULL_PASS_S = 30.0  # admission rereads every queued job's reason and place at least this often
+MIN_TICK_GAP_S = 0.05
 
 
 class Monitor:
@@ -74,8 +75,10 @@ class Monitor:
                 await asyncio.to_thread(self.tick)
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad tick
                 log.exception("monitor tick failed")
+            # A burst of submits wakes it many times: it ticks at most every MIN_TICK_GAP_S.
+            await asyncio.sleep(MIN_TICK_GAP_S)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+                await asyncio.wait_for(self._wake.wait(), timeout=max(self.interval - MIN_TICK_GAP_S, 0))
             except TimeoutError:
                 pass
             self._wake.clear()
@@ -198,7 +201,7 @@ class Monitor:
                 s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
             queue.tell_the_rest(s, rest, exclude=plan.seen, only=None if full else touched | self._seen)
             if full or touched:
-                queue.store_positions(s)
+                queue.store_positions(s, None if full else touched)
         if touched is None:
             self._full_pass_at = time.monotonic()
         self._marks, self._rest_reason, self._seen = now_marks, rest, plan.seen

@@ -78,6 +78,12 @@ def _after_in_order(priority: int, queued_at: datetime | None, job_id: str):
     return (JobRow.priority < priority) | ((JobRow.priority == priority) & ((JobRow.queued_at > queued_at) | same_time_later))
 
 
+def _before_in_order(priority: int, queued_at: datetime, job_id: str):
+    """Rows before (priority, queued_at, id) in queue order."""
+    same_time_earlier = (JobRow.queued_at == queued_at) & (JobRow.id < job_id)
+    return (JobRow.priority > priority) | ((JobRow.priority == priority) & ((JobRow.queued_at < queued_at) | same_time_earlier))
+
+
 def with_deadline(s: Session) -> list[admission.Queued]:
     """Waiting jobs that have a scheduling deadline (few: most jobs set none)."""
     q = select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.scheduling_timeout_s.is_not(None), JobRow.submission_id.is_(None))
@@ -130,12 +136,12 @@ def marks(s: Session) -> Marks:
 
 def touched_since(s: Session, before: Marks) -> set[str]:
     """Jobs created or moved (any status change) since ``before``, from two index ranges."""
-    out: set[str] = set()
+    new = select(JobRow.id)  # None: the store had no job then, so every job is new
     if before.newest_job is not None:
-        out.update(s.scalars(select(JobRow.id).where(JobRow.created_at > before.newest_job)))
-    if before.newest_transition is not None:
-        out.update(s.scalars(select(TransitionRow.job_id).where(TransitionRow.id > before.newest_transition)))
-    return out
+        new = new.where(JobRow.created_at > before.newest_job)
+    into_or_out_of_line = (TransitionRow.from_status == QUEUED) | (TransitionRow.to_status == QUEUED)
+    moved = select(TransitionRow.job_id).where(TransitionRow.id > (before.newest_transition or 0), into_or_out_of_line)
+    return set(s.scalars(new)) | set(s.scalars(moved))
 
 
 def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | None = None) -> int:
@@ -152,16 +158,26 @@ def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | N
     return s.execute(q.values(status_reason=reason), execution_options={"synchronize_session": False}).rowcount
 
 
-def store_positions(s: Session) -> int:
-    """Write each waiting job's 1-based place in the queue. The places are ranked in SQL
-    from the queue's index, and only the rows whose place moved are written; returns how many."""
-    order = (JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
-    ranked = (
-        select(JobRow.id.label("id"), JobRow.queue_position.label("was"), func.row_number().over(order_by=order).label("pos"))
-        .where(JobRow.status == QUEUED, JobRow.submission_id.is_(None))
-        .subquery()
-    )
-    moved = [{"id": r.id, "queue_position": r.pos} for r in s.execute(select(ranked.c.id, ranked.c.pos).where(ranked.c.was.is_distinct_from(ranked.c.pos)))]
+def store_positions(s: Session, touched: set[str] | None = None) -> int:
+    """Write each waiting job's 1-based place in the queue, only where it moved; returns
+    how many moved. With ``touched`` (the jobs that entered or left the line since the
+    places were last stored), only the places from the first of them on are ranked again:
+    a job queued at the end moves no one."""
+    line = select(JobRow.id, JobRow.queue_position).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None))
+    ahead = 0
+    keys = s.execute(select(JobRow.priority, JobRow.queued_at, JobRow.id).where(JobRow.id.in_(touched))).all() if touched else []
+    if keys and all(k.queued_at is not None for k in keys):
+        first = min(keys, key=lambda k: (-k.priority, aware(k.queued_at), k.id))
+        before = _before_in_order(first.priority, first.queued_at, first.id)
+        ahead = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None), before))
+        line = line.where(~before)
+    elif touched is not None and not keys:
+        line = None  # nothing entered or left the line
+    moved = []
+    if line is not None:
+        for place, row in enumerate(s.execute(in_order(line)), start=ahead + 1):
+            if row.queue_position != place:
+                moved.append({"id": row.id, "queue_position": place})
     if moved:
         s.execute(update(JobRow), moved)  # by primary key, many rows in one statement
     # Those being submitted are out of line.
