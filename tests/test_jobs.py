@@ -125,8 +125,9 @@ def test_user_code_error_is_visible(client: Client):
     job.wait(timeout=120)
     assert job.status.value == "FAILED"
     assert job.info.failure_cause.value == "USER_CODE"
-    assert "learning rate 42 is out of range" in job.info.error
-    assert "boom.py" in job.info.error  # the user's traceback tail
+    # The user's exception first, then the user's frames; no colour codes.
+    assert job.info.error.splitlines()[0] == "ValueError: learning rate 42 is out of range for this model"
+    assert "boom.py" in job.info.error and "\x1b" not in job.info.error
 
 
 def test_cancel_running_job_releases_workers(client: Client):

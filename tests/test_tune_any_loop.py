@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from api.client import Client
+from tests.conftest import user_spec
 from tests.test_tune import search
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
@@ -31,7 +32,7 @@ def linear_search(**overrides) -> dict:
 
 
 def test_pbt_over_rays_example_loop_without_a_budget(client: Client):
-    job = client.submit(linear_search(algorithm="pbt", pbt={"quantile_fraction": 0.5}))
+    job = client.submit(linear_search(algorithm="pbt", pbt={"quantile_fraction": 0.5, "perturbation_interval": 2}))
     job.wait(timeout=300)
     assert job.status.value == "SUCCEEDED", job.info.error
 
@@ -50,3 +51,20 @@ def test_pbt_over_rays_example_loop_without_a_budget(client: Client):
     assert lineage, "PBT recorded no exploit"
     assert all(e.donor_time is not None and e.donor_time >= 1 for e in lineage)
     assert job.best().final
+
+
+def test_a_failing_trial_reads_as_the_users_exception(client: Client):
+    base = user_spec("userpkg.boom:train", config={"lr": 0.5}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
+    spec = search(base=base, search_space={"config.lr": {"type": "choice", "values": [7]}}, metric="loss", mode="min", num_trials=1)
+    spec.pop("budget")
+    job = client.submit(spec)
+    job.wait(timeout=180)
+    assert job.status.value == "FAILED"
+    assert job.info.failure_cause.value == "USER_CODE"
+    first = "ValueError: learning rate 7 is out of range for this model"
+    [trial] = job.trials()
+    for error in (job.info.error, trial.error):
+        assert error.splitlines()[0] == first, error
+        assert "\x1b" not in error
+        # The user's frames before Ray's wrappers.
+        assert "Your code" in error and error.index("userpkg/boom.py") < error.index("Ray and raydock")

@@ -22,7 +22,13 @@ class _RecordsExploits:
         self._room_for_all = room_for_all
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        state = self._trial_state.get(trial)
+        perturbed_at = state.last_perturbation_time if state is not None else None
         decision = super().on_trial_result(tune_controller, trial, result)
+        if state is not None and state.last_perturbation_time == perturbed_at and trial.checkpoint is not None:
+            # Between its own perturbation points a trial can still be another's donor:
+            # the first trial to reach a point meets the others one report short of it.
+            state.last_checkpoint = trial.checkpoint
         if decision == TrialScheduler.PAUSE and trial.status != Trial.PAUSED and self._room_for_all and not self._synch:
             # PBT pauses a trial at its perturbation point while others wait, to share
             # the cluster. When the whole population runs at once, the waiting ones are

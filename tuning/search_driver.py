@@ -20,7 +20,7 @@ import ray
 
 from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec
 from trainers import events
-from trainers.failures import Failure, classify, report_failure
+from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
 from trainers.launch import read_launch
 from tuning.search import build_tuner, trial_runs_path
 from tuning.search_events import SearchEvents
@@ -54,12 +54,17 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
         return report_failure(classify(exc))
     _drop_trial_runs(storage_path, job_id)
     if out.best is None:
-        errors = [str(r.error) for r in results if r.error is not None]
-        first = errors[0] if errors else "no trial reported the metric"
+        errors = [r.error for r in results if r.error is not None]
+        if not errors and not out.failures:
+            return report_failure(Failure(
+                FailureCause.USER_CODE, f"no trial of the search reported {spec.metric!r}",
+                f"{len(results)} trials ended without reporting the metric {spec.metric!r}; report it, or change `metric`.",
+            ))  # fmt: skip
+        # The first trial's own error leads: the job's error reads like a training job's.
+        first = next(iter(out.failures.values()), None) or classify(errors[0])
         return report_failure(Failure(
-            FailureCause.USER_CODE,
-            f"every trial of the search failed ({len(errors)} of {len(results)}): {first.splitlines()[0] if first else ''}",
-            first[-4000:],
+            first.cause, first.message,
+            f"every trial of the search failed ({max(len(errors), len(out.failures))} of {len(results)}); the first one's error:\n\n{first.traceback}"[:TRACEBACK_TAIL_CHARS],
         ))  # fmt: skip
     best = out.best
     checkpoint = _best_checkpoint(results, best["trial_id"], spec)

@@ -19,11 +19,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import cloudpickle
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from api.schemas import BestTrialEvent, Event, ExploitEvent, MetricEvent, TrialEvent, TrialMetricEvent, jsonable
+from api.schemas import BestTrialEvent, Event, ExploitEvent, FailureCause, MetricEvent, TrialEvent, TrialMetricEvent, jsonable
 from trainers import events
+from trainers.failures import Failure, classify, readable
 
 # Tune's own bookkeeping in a result, beyond what the trial's loop reported.
 # Its count of reports stays: the time axis of a loop that reports neither epoch nor step.
@@ -42,6 +44,7 @@ class SearchEvents:
         self.metric_seq = 0
         self.best: dict[str, Any] | None = None
         self.note: str | None = None  # sent with every trial status (tuning.search_driver sets it)
+        self.failures: dict[str, Failure] = {}  # each failed trial's first failure, in order
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.RLock()
 
@@ -135,7 +138,9 @@ class SearchCallback(tune.Callback):
         self._sync(trials)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        self.errors[trial.trial_id] = _error_text(trial)
+        failure = trial_failure(trial)
+        self.out.failures.setdefault(trial.trial_id, failure)
+        self.errors[trial.trial_id] = f"{failure.message}\n\n{failure.traceback}"[:ERROR_TAIL_CHARS]
         self._sync(trials)
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
@@ -163,8 +168,20 @@ class SearchCallback(tune.Callback):
             self.population.set_running.remote(running)
 
 
-def _error_text(trial) -> str:
+def trial_failure(trial) -> Failure:
+    """The trial's root exception first, then its frames, the user's first. Tune has
+    just written the error to the trial's local directory (storage gets it later)."""
+    path = getattr(trial, "pickled_error_file", None)
+    try:
+        if path and Path(path).is_file():
+            return classify(cloudpickle.loads(Path(path).read_bytes()))
+    except Exception:  # noqa: BLE001 - an unreadable pickle: fall back to the text file
+        pass
     path = getattr(trial, "error_file", None)
-    if path and Path(path).is_file():
-        return Path(path).read_text(errors="replace")[-ERROR_TAIL_CHARS:]
-    return "the trial failed (no error text recorded)"
+    text = readable(Path(path).read_text(errors="replace")) if path and Path(path).is_file() else ""
+    return Failure(FailureCause.USER_CODE, "the trial failed", text or "no error text recorded")
+
+
+def _error_text(trial) -> str:
+    failure = trial_failure(trial)
+    return f"{failure.message}\n\n{failure.traceback}"[:ERROR_TAIL_CHARS]

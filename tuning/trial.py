@@ -24,7 +24,7 @@ from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
 from api.schemas import REPORTS_UNIT, TrainSpec, TuneSpec
-from trainers.failures import classify
+from trainers.failures import TrialFailed, classify
 from trainers.ray_compat import seed_checkpoint
 from trainers.trainer import build_trainer, load_entrypoint
 from tuning.population import Alignment
@@ -146,7 +146,7 @@ def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str
             align.after_report(reports if unit == REPORTS_UNIT else metrics[unit])
     if failure:
         why = classify(failure[0])
-        raise RuntimeError(f"{why.message}\n{why.traceback}") from None
+        raise TrialFailed(why.cause.value, why.message, why.traceback) from None
 
 
 def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:
