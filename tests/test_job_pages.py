@@ -69,6 +69,11 @@ def test_bad_cursors_and_limits_are_request_errors(server):
     with Client(server.url) as client, pytest.raises(InvalidSpec) as err:
         client.list(cursor="bad")
     assert err.value.code == "invalid_cursor"
+    # NUL cannot be stored in PostgreSQL text: refused in a label and in a label filter.
+    r = http.post("/v1/jobs", json=digits_spec(name="nul", labels={"k": "a\x00b"}))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_spec", r.text
+    r = http.get("/v1/jobs", params={"label": "k=a\x00b"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
 
 
 def test_a_queued_job_shows_its_stored_place_and_the_queue_moves_up_on_cancel(server):

@@ -20,14 +20,15 @@ NonNegInt64 = Annotated[int, Field(ge=0, le=INT64_MAX)]
 MAX_LABELS = 32
 LABEL_KEY_RE = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_RE)]
-LabelValue = Annotated[str, StringConstraints(max_length=256)]
+# No NUL: PostgreSQL text cannot hold it (labels are indexed rows there too).
+LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00]*$")]
 Labels = Annotated[
     dict[LabelKey, LabelValue],
     Field(
         max_length=MAX_LABELS,
         description=(
             f"Free labels to filter jobs by: at most {MAX_LABELS}, keys of 1-63 letters, digits, `. _ / -` "
-            "(starting with a letter or digit), values of at most 256 characters."
+            "(starting with a letter or digit), values of at most 256 characters (no NUL)."
         ),
     ),
 ]

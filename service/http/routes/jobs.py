@@ -14,8 +14,8 @@ from service.http.openapi import errors, job_response
 
 router = APIRouter(tags=["jobs"])
 
-# key=value: a non-empty key, then the value matched as given (no `$`: values may hold anything).
-LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=", max_length=64 + 256)]
+# key=value: a non-empty key, then the value matched as given (anything but NUL, as in a label).
+LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=\x00]+=[^\x00]*$", max_length=64 + 256)]
 
 
 @router.post(
