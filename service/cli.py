@@ -13,12 +13,14 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobStatus, parse_job_spec
+from service.upload_view import UploadView, describe
 from service.upload_view import UploadView, describe
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
@@ -35,7 +37,7 @@ def _client(url: str, token: str | None) -> Client:
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")  # a message's [code] is text, not rich markup
     raise typer.Exit(code)
 
 

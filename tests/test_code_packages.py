@@ -14,6 +14,8 @@ import io
 import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -199,3 +201,16 @@ def test_specs_name_packages_the_server_has(upload_server, tmp_path):
     assert submitted.info.spec["code"] == upload.ref and submitted.info.spec["working_dir"] is None
     assert http.get(f"/v1/code/{upload.sha256}").json()["jobs"] == 1
     assert http.post(f"/v1/jobs/{submitted.id}/cancel").json()["status"] == "CANCELLED"
+
+
+def test_cli_refuses_code_over_the_caps_before_sending_it(upload_server, tmp_path):
+    project = tmp_path / "big"
+    (project / "code").mkdir(parents=True)
+    (project / "code" / "main.py").write_text("def train(config):\n    pass\n")
+    (project / "code" / "weights.py").write_bytes(b"#" * (MAX_BYTES + 1))  # not a data suffix: it counts
+    (project / "job.yaml").write_text("entrypoint: main:train\nworking_dir: code\nscaling: {num_workers: 1}\n")
+    env = {**os.environ, "RAYDOCK_URL": upload_server.url, "COLUMNS": "400"}  # wide enough that rich wraps nothing
+    run = subprocess.run([sys.executable, "-m", "service.cli", "submit", "job.yaml"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "RAYDOCK_CODE_MAX_BYTES" in run.stderr and "weights.py" in run.stderr and "code_too_large" in run.stderr
+    assert stored(upload_server) == []
