@@ -5,7 +5,7 @@ was sent (or that the server had the package already)."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.code_upload import CodeUpload
 
@@ -33,14 +33,15 @@ class UploadView:
             return
         if self.bar is None:
             self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), DownloadColumn(), TransferSpeedColumn(),
-                console=self.console, transient=False,
+                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[amount]}"), TimeElapsedColumn(),
+                console=self.console,
             )  # fmt: skip
             self.bar.start()
         if phase not in self.tasks:
-            label = "packing code (files)" if phase == "files" else "uploading code (bytes)"
-            self.tasks[phase] = self.bar.add_task(label, total=total)
-        self.bar.update(self.tasks[phase], completed=done)
+            label = "packing code" if phase == "files" else "uploading code"
+            self.tasks[phase] = self.bar.add_task(label, total=total, amount="")
+        amount = f"{done}/{total} files" if phase == "files" else f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"
+        self.bar.update(self.tasks[phase], completed=done, amount=amount)
 
 
 def describe(upload: CodeUpload) -> str:
