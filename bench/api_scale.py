@@ -82,7 +82,7 @@ def seed(database_url: str, n: int, queued: int) -> None:
                     "queued_at": created, "finished_at": None if waiting else created + timedelta(seconds=1),
                     "priority": i % 3, "attempt": 0 if waiting else 1, "log_offset": 0, "restarts": [], "dropped_events": 0,
                 })  # fmt: skip
-                labels += [{"job_id": job_id, "key": "team", "value": f"t{i % 20}"}, {"job_id": job_id, "key": "bench", "value": "yes"}]
+                labels += [{"job_id": job_id, "key": k, "value": v, "created_at": created} for k, v in (("team", f"t{i % 20}"), ("bench", "yes"))]
             conn.execute(insert(JobRow), jobs)
             conn.execute(insert(JobLabelRow), labels)
     engine.dispose()

@@ -124,7 +124,7 @@ class JobService:
             with self.sessions.begin() as s:
                 s.add(job)
                 s.flush()  # the job row first: its labels refer to it
-                s.add_all(queue.label_rows(job.id, spec.labels))
+                s.add_all(queue.label_rows(job.id, spec.labels, job.created_at))
                 if spec.is_user_code and spec.code:
                     self.code.reference(s, job.id, spec.code.removeprefix(CODE_REF_PREFIX))
         except IntegrityError:

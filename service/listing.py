@@ -11,7 +11,7 @@ import json
 from datetime import datetime, timezone
 
 from sqlalchemy import Select, exists, func, select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from api.errors import InvalidSpec
 from api.schemas import JobStatus
@@ -51,9 +51,8 @@ def filtered(query: Select, status: JobStatus | None, labels: dict[str, str]) ->
     if status is not None:
         query = query.where(JobRow.status == status.value)
     for key, value in labels.items():
-        query = query.where(
-            exists().where(JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key, JobLabelRow.value == value)
-        )
+        label = aliased(JobLabelRow)  # its own name: the page may be read from JobLabelRow itself
+        query = query.where(exists().where(label.job_id == JobRow.id, label.key == key, label.value == value))
     return query
 
 
@@ -61,13 +60,20 @@ def page(
     s: Session, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None
 ) -> tuple[list[JobRow], int, str | None]:
     """One page of jobs (newest first), how many match in all, and the cursor of the
-    next page (None on the last)."""
-    q = filtered(select(JobRow), status, labels)
+    next page (None on the last). With a label filter the page is read from the label
+    rows' index (key, value, created_at), so it costs the same however common the label."""
+    rows_q, count_q = select(JobRow), select(func.count()).select_from(JobRow)
+    newest_first = (JobRow.created_at, JobRow.id)
+    if labels:
+        (key, value), *rest = labels.items()
+        first = (JobLabelRow.job_id == JobRow.id) & (JobLabelRow.key == key) & (JobLabelRow.value == value)
+        rows_q, count_q = rows_q.join(JobLabelRow, first), select(func.count()).select_from(JobLabelRow).join(JobRow, first)
+        newest_first, labels = (JobLabelRow.created_at, JobLabelRow.job_id), dict(rest)
+    rows_q, count_q = filtered(rows_q, status, labels), filtered(count_q, status, labels)
     if cursor:
-        created_at, job_id = decode_cursor(cursor)
-        q = q.where(tuple_(JobRow.created_at, JobRow.id) < tuple_(created_at, job_id))
-    rows = list(s.scalars(q.order_by(JobRow.created_at.desc(), JobRow.id.desc()).offset(offset).limit(limit + 1)))
-    total = int(s.scalar(filtered(select(func.count()).select_from(JobRow), status, labels)) or 0)
+        rows_q = rows_q.where(tuple_(*newest_first) < tuple_(*decode_cursor(cursor)))
+    rows = list(s.scalars(rows_q.order_by(*(c.desc() for c in newest_first)).offset(offset).limit(limit + 1)))
+    total = int(s.scalar(count_q) or 0)
     more = len(rows) > limit
     rows = rows[:limit]
     return rows, total, encode_cursor(rows[-1].created_at, rows[-1].id) if more else None

@@ -37,6 +37,7 @@ FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INF
 RECONCILE_EVERY_S = 5.0
 FULL_PASS_S = 30.0  # admission rereads every queued job's reason and place at least this often
 MIN_TICK_GAP_S = 0.05
+BIG_MOVE, POSITIONS_EVERY_S = 1000, 2.0  # places rewritten for the whole queue at most this often
 
 
 class Monitor:
@@ -62,6 +63,8 @@ class Monitor:
         self._full_pass_at = float("-inf")
         self._rest_reason: str | None = None
         self._seen: set[str] = set()
+        self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
+        self._big_move_at = float("-inf")
 
     def wake(self) -> None:
         """Called from request threads after a submit: start the job without waiting a tick."""
@@ -200,11 +203,24 @@ class Monitor:
             for job_id, reason in plan.reasons.items():
                 s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
             queue.tell_the_rest(s, rest, exclude=plan.seen, only=None if full else touched | self._seen)
-            if full or touched:
-                queue.store_positions(s, None if full else touched)
+            self._store_positions(s, None if full else touched)
         if touched is None:
             self._full_pass_at = time.monotonic()
         self._marks, self._rest_reason, self._seen = now_marks, rest, plan.seen
+
+    def _store_positions(self, s, touched: set[str] | None) -> None:
+        """Store the places in the queue. When the whole queue moves (its head left) every
+        place is rewritten; while that keeps happening (a mass cancel) it is done at most
+        every POSITIONS_EVERY_S, the jobs touched meanwhile kept for the next time."""
+        if touched is not None:
+            touched = touched | self._unplaced
+            if not touched or time.monotonic() - self._big_move_at < POSITIONS_EVERY_S:
+                self._unplaced = touched
+                return
+        moved = queue.store_positions(s, touched)
+        self._unplaced = set()
+        if moved >= BIG_MOVE:
+            self._big_move_at = time.monotonic()
 
     def _type_old_jobs(self, s) -> None:
         """Jobs stored before the typed columns existed get them once (unreadable queued

@@ -36,8 +36,8 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def label_rows(job_id: str, labels: dict[str, str]) -> list[JobLabelRow]:
-    return [JobLabelRow(job_id=job_id, key=k, value=v) for k, v in labels.items()]
+def label_rows(job_id: str, labels: dict[str, str], created_at: datetime) -> list[JobLabelRow]:
+    return [JobLabelRow(job_id=job_id, key=k, value=v, created_at=created_at) for k, v in labels.items()]
 
 
 def in_order(query: Select) -> Select:

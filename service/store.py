@@ -34,6 +34,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column, sessionmaker
 
+from service.sqlite_writes import serialize_writes
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -114,14 +116,16 @@ Index("ix_jobs_queue", JobRow.status, JobRow.priority.desc(), JobRow.queued_at, 
 
 class JobLabelRow(Base):
     """One label of a job, so label filters are an indexed lookup (the job's ``labels``
-    JSON stays the copy the API answers with)."""
+    JSON stays the copy the API answers with). It carries the job's ``created_at``, so a
+    page of jobs with a label is read newest first straight from this table's index."""
 
     __tablename__ = "job_labels"
-    __table_args__ = (Index("ix_job_labels_key_value", "key", "value"),)
+    __table_args__ = (Index("ix_job_labels_key_value_created", "key", "value", "created_at", "job_id"),)
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime]  # the job's
 
 
 class TransitionRow(Base):
@@ -338,6 +342,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
+        serialize_writes(engine)  # service/sqlite_writes.py
     else:
         engine = create_engine(url, pool_pre_ping=True)
     migrate(engine)

@@ -45,12 +45,13 @@ def _upgrade_jobs() -> None:
         sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("key", sa.String(64), primary_key=True),
         sa.Column("value", sa.String(256), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
-    op.create_index("ix_job_labels_key_value", "job_labels", ["key", "value"])
-    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("labels", sa.JSON))
+    op.create_index("ix_job_labels_key_value_created", "job_labels", ["key", "value", "created_at", "job_id"])
+    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("labels", sa.JSON), sa.column("created_at", sa.DateTime(timezone=True)))
     rows = [
-        {"job_id": job_id, "key": str(k), "value": str(v)}
-        for job_id, found in op.get_bind().execute(sa.select(jobs.c.id, jobs.c.labels))
+        {"job_id": job_id, "key": str(k), "value": str(v), "created_at": created_at}
+        for job_id, found, created_at in op.get_bind().execute(sa.select(jobs.c.id, jobs.c.labels, jobs.c.created_at))
         for k, v in (found or {}).items()
     ]
     if rows:
@@ -58,7 +59,7 @@ def _upgrade_jobs() -> None:
 
 
 def _downgrade_jobs() -> None:
-    op.drop_index("ix_job_labels_key_value", table_name="job_labels")
+    op.drop_index("ix_job_labels_key_value_created", table_name="job_labels")
     op.drop_table("job_labels")
     for name in _JOB_INDEXES:
         op.drop_index(name, table_name="jobs")
