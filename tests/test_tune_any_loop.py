@@ -7,11 +7,14 @@ Ray Train runs."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from api.client import Client
 from tests.conftest import user_spec
-from tests.test_tune import search
+from tests.test_tune import search, wait_for
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
 
@@ -68,3 +71,41 @@ def test_a_failing_trial_reads_as_the_users_exception(client: Client):
         assert "\x1b" not in error
         # The user's frames before Ray's wrappers.
         assert "Your code" in error and error.index("userpkg/boom.py") < error.index("Ray and raydock")
+
+
+# Searches that start, stop and restart several Train runs: RAYDOCK_SLOW_TESTS=1.
+slow = pytest.mark.skipif(not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow search test; set RAYDOCK_SLOW_TESTS=1")
+
+
+@slow
+def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(client: Client):
+    base = user_spec("userpkg.ckpt_steps:train", config={"steps": 40, "every": 2, "sleep_s": 0.3}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
+    spec = search(
+        base=base, search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
+        metric="loss", mode="min", num_trials=2, budget={"steps": 40},
+    )  # fmt: skip
+    job = client.submit(spec)
+    wait_for(lambda: all(t.reports >= 6 for t in job.trials()) and len(job.trials()) == 2, 240, "both trials to checkpoint")
+    job.cancel()
+    wait_for(lambda: job.refresh().status.is_terminal(), 90, "cancel to finish")
+    assert job.status.value == "CANCELLED"
+    before = {t.trial_id: job.trial_metrics(t.trial_id) for t in job.trials()}
+    time.sleep(2)  # the driver is gone: nothing reports any more
+
+    job.resume()
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert {t.trial_id for t in trials} == set(before)  # the same trials, no fresh search
+    assert {t.status for t in trials} == {"TERMINATED"}
+    for t in trials:
+        series = job.trial_metrics(t.trial_id)
+        first_run = before[t.trial_id]
+        resumed = series[len(first_run):]
+        assert resumed, t.trial_id
+        # Continued from a checkpoint of the first attempt, not from scratch.
+        assert resumed[0].metrics["resumed_from"] >= 2
+        assert resumed[0].metrics["step"] == resumed[0].metrics["resumed_from"] + 1
+        assert resumed[0].metrics["step"] <= first_run[-1].metrics["step"] + 1
+        assert resumed[0].config == first_run[-1].config  # with its own values
+        assert series[-1].metrics["step"] == 40

@@ -103,19 +103,35 @@ def aligned(spec: TuneSpec) -> bool:
     return spec.algorithm in ("pbt", "pb2") and spec.pbt.align and spec.concurrency >= spec.num_trials
 
 
+def experiment_path(storage_path: str, job_id: str) -> str:
+    """The search's Tune experiment: its state, trials and their checkpoints."""
+    return f"{storage_path.rstrip('/')}/{job_id}"
+
+
+def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> Any:
+    """``run_trial`` with the search's spec, the trials' run storage, its population
+    (which ``out`` hands the driver's callback too) and the trial's CPUs."""
+    out.population = Population.remote() if aligned(spec) else None
+    fn = tune.with_parameters(
+        run_trial, spec=spec.model_dump(mode="json"), storage_path=trial_runs_path(storage_path, job_id), population=out.population
+    )
+    return tune.with_resources(fn, {"cpu": spec.driver_cpus_per_trial})
+
+
 def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> tune.Tuner:
+    """A new search, or, when the job's storage holds one (a resumed job), that search
+    where it stopped: finished and failed trials stay so, the others go on from their
+    last checkpoints with their values and the scheduler's state."""
     if spec.seed is not None:
         random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
-    trials_storage = trial_runs_path(storage_path, job_id)
-    population = Population.remote() if aligned(spec) else None
-    trainable = tune.with_parameters(
-        run_trial, spec=spec.model_dump(mode="json"), storage_path=trials_storage, population=population
-    )
+    path = experiment_path(storage_path, job_id)
+    if tune.Tuner.can_restore(path):
+        return tune.Tuner.restore(path, trainable=trainable(spec, job_id, storage_path, out), resume_unfinished=True)
     # Grid points each run num_trials / grid_size times (Tune's num_samples).
     samples = spec.num_trials // spec.grid_size
     search_alg = searcher(spec)
     return tune.Tuner(
-        tune.with_resources(trainable, {"cpu": spec.driver_cpus_per_trial}),
+        trainable(spec, job_id, storage_path, out),
         param_space=param_space(spec),
         tune_config=tune.TuneConfig(
             metric=spec.metric,
@@ -132,7 +148,7 @@ def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvent
         run_config=tune.RunConfig(
             name=job_id,
             storage_path=storage_path,
-            callbacks=[SearchCallback(out, population)],
+            callbacks=[SearchCallback(out)],
             stop=stopper(spec),
             failure_config=tune.FailureConfig(max_failures=0),
             # Every checkpoint is kept: PBT may clone any trial's latest one, and one

@@ -18,12 +18,12 @@ from typing import Any
 
 import ray
 
-from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec
+from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec, jsonable
 from trainers import events
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
 from trainers.launch import read_launch
 from tuning.search import build_tuner, trial_runs_path
-from tuning.search_events import SearchEvents
+from tuning.search_events import SearchEvents, reported
 from tuning.trial import restores_from_checkpoint
 
 NO_RESTORE_NOTE = (
@@ -34,6 +34,9 @@ NO_RESTORE_NOTE = (
 
 
 def main() -> int:
+    # Tune saves the search's state at most this often (default every 10 s or more): a
+    # cancelled search resumes from its trials' checkpoints as of the last save.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3")
     launch = read_launch()
     spec = TuneSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0, pid=os.getpid()))
@@ -41,7 +44,7 @@ def main() -> int:
 
 
 def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
-    out = SearchEvents(spec.metric, spec.mode)
+    out = SearchEvents(spec.metric, spec.mode, key=job_id)
     if spec.algorithm in ("pbt", "pb2") and not restores_from_checkpoint(spec.base):
         out.note = NO_RESTORE_NOTE.format(entrypoint=spec.base.entrypoint)
         print(out.note, file=sys.stderr, flush=True)
@@ -53,6 +56,9 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
         return report_failure(classify(exc))
     _drop_trial_runs(storage_path, job_id)
+    for result in results:  # a resumed search: trials that finished in an earlier attempt
+        if result.metrics and result.metrics.get("trial_id"):
+            out.consider(result.metrics["trial_id"], events.sendable_metrics(reported(result.metrics)), jsonable(result.config or {}))
     if out.best is None:
         errors = [r.error for r in results if r.error is not None]
         if not errors and not out.failures:

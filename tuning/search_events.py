@@ -45,12 +45,14 @@ class SearchEvents:
         self.best: dict[str, Any] | None = None
         self.note: str | None = None  # sent with every trial status (tuning.search_driver sets it)
         self.failures: dict[str, Failure] = {}  # each failed trial's first failure, in order
+        self.population = None  # tuning.population's actor, when the population is aligned
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.RLock()
 
     def __reduce__(self):
         # Tune pickles its scheduler and callbacks (experiment state); every copy in
         # this process must share one sequence, or two events would get one number.
+        # A search restored in a new attempt finds the new attempt's (the key is the job's).
         return (_live, (self.key, self.metric, self.mode))
 
     def _send(self, make: Callable[[int], Event]) -> None:
@@ -64,6 +66,11 @@ class SearchEvents:
         with self._lock:
             self.sink(MetricEvent(type="metric", seq=self.metric_seq, metrics={**metrics, "trial_id": trial_id}))
             self.metric_seq += 1
+        self.consider(trial_id, metrics, config)
+
+    def consider(self, trial_id: str, metrics: dict[str, Any], config: dict[str, Any]) -> None:
+        """Keep ``metrics`` as the best report if it is (a report of an earlier attempt
+        of a resumed search is considered here without being sent again)."""
         value = metrics.get(self.metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and self._better(value):
             self.best = {"trial_id": trial_id, "value": float(value), "metrics": metrics, "config": config}
@@ -124,12 +131,21 @@ def reported(result: dict[str, Any]) -> dict[str, Any]:
 class SearchCallback(tune.Callback):
     """Tune callback in the search driver: trial reports and status changes out."""
 
-    def __init__(self, out: SearchEvents, population=None) -> None:
+    def __init__(self, out: SearchEvents) -> None:
         self.out = out
-        self.population = population  # tuning.population: told which trials run
         self.running: list[str] = []
         self.sent: dict[str, tuple[str, dict]] = {}
         self.errors: dict[str, str] = {}
+
+    @property
+    def population(self):
+        """tuning.population, told which trials run: this attempt's (a restored search
+        brings back this callback with the events of the attempt that saved it)."""
+        return self.out.population
+
+    def __getstate__(self) -> dict:
+        # A restored search starts a new attempt: every trial's status is sent again.
+        return {"out": self.out, "running": [], "sent": {}, "errors": {}}
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         # The result's own config: a PBT exploit may already have changed the trial's.
