@@ -27,7 +27,7 @@ from api.schemas import WorkerGroupPublic
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
 from api.errors import RaydockError, error_from_body
 from api.schemas import CodePackagePublic
-from api.schemas import CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
+from api.schemas import MAX_CANCEL_IDS, CancelledJobs, CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
 from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
 
 
@@ -116,6 +116,17 @@ class Client:
             if page.next is None:
                 return
             cursor = page.next
+
+    def cancel_many(self, job_ids: list[str]) -> CancelledJobs:
+        """Cancel many jobs, 1000 per request; what was cancelled and what was refused (and why)."""
+        out = CancelledJobs(cancelled=[], refused=[])
+        for start in range(0, len(job_ids), MAX_CANCEL_IDS):
+            page = CancelledJobs.model_validate(
+                self.request("POST", "/v1/jobs/cancel", json={"ids": job_ids[start : start + MAX_CANCEL_IDS]}).json()
+            )
+            out.cancelled += page.cancelled
+            out.refused += page.refused
+        return out
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())

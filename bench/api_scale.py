@@ -190,10 +190,10 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
         with httpx.Client(base_url=server.url, timeout=60) as c:
             for what, params in (
                 ("first page", {}),
-                (f"by cursor at {n // 2:,}", {"cursor": encode_cursor(middle.created_at, middle.id)}),
+                ("by cursor at N/2", {"cursor": encode_cursor(middle.created_at, middle.id)}),
                 ("status=QUEUED", {"status": "QUEUED"}),
                 ("label=team=t3", {"label": "team=t3"}),
-                (f"offset={n // 2:,} (no cursor)", {"offset": n // 2}),
+                ("offset=N/2 (no cursor)", {"offset": n // 2}),
             ):
                 target = TARGETS["list"] if "offset" not in what else "- (use the cursor)"
                 rows.append((f"GET /v1/jobs?limit=50, {what}", timed_gets(server, c, "/v1/jobs", {"limit": 50, **params}), target))
@@ -201,25 +201,40 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
         cpu0 = server_cpu(server)
         rps, lat = hammer(server.url, lambda c, i: c.post("/v1/jobs", json=spec), seconds)
         rows.append(("POST /v1/jobs (server CPU includes the monitor's ticks)", rate(rps, lat, server_cpu(server) - cpu0), TARGETS["post"]))
+        with make_engine(database_url).connect() as conn:
+            posted = list(conn.scalars(select(JobRow.id).where(JobRow.status == "QUEUED", JobRow.name == "posted")))
+        rows.append(cancel_one_by_one(server, posted))
         t0, cpu0 = time.perf_counter(), server_cpu(server)
-        chunks = [waiting[k::THREADS] for k in range(THREADS)]
-
-        def cancel(ids: list[str]) -> None:
-            with httpx.Client(base_url=server.url, timeout=60) as c:
-                for job_id in ids:
-                    assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
-
-        threads = [threading.Thread(target=cancel, args=(ids,)) for ids in chunks]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with httpx.Client(base_url=server.url, timeout=120) as c:
+            for start in range(0, len(waiting), 1000):
+                r = c.post("/v1/jobs/cancel", json={"ids": waiting[start : start + 1000]})
+                assert r.status_code == 200 and not r.json()["refused"], r.text
         took, cpu = time.perf_counter() - t0, server_cpu(server) - cpu0
-        rows.append((f"cancel {len(waiting):,} queued jobs ({THREADS} clients)", f"{took:.1f} s; server CPU {cpu:.1f} s", TARGETS["cancel"]))
+        what = f"cancel {len(waiting):,} queued jobs (POST /v1/jobs/cancel, 1000 ids a request)"
+        rows.append((what, f"{took:.1f} s; server CPU {cpu:.1f} s", TARGETS["cancel"]))
         rows += events_rows(url=server.url, database_url=database_url, data_dir=data_dir)
     finally:
         server.stop()
     return rows
+
+
+def cancel_one_by_one(server: ServerProcess, ids: list[str]) -> tuple[str, str, str]:
+    """POST /v1/jobs/{id}/cancel for each job, from THREADS clients."""
+    t0, cpu0 = time.perf_counter(), server_cpu(server)
+
+    def cancel(mine: list[str]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            for job_id in mine:
+                assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+
+    threads = [threading.Thread(target=cancel, args=(ids[k::THREADS],)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took, cpu = time.perf_counter() - t0, server_cpu(server) - cpu0
+    rate = f"{len(ids) / took:,.0f} jobs/s; server CPU {ms(cpu / max(len(ids), 1))}/job"
+    return f"cancel one by one ({len(ids):,} queued jobs, {THREADS} clients)", rate, "-"
 
 
 def events_rows(**context) -> list[tuple[str, str, str]]:

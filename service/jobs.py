@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import CODE_REF_PREFIX, CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
+from api.schemas import CODE_REF_PREFIX, CancelledJobs, CancelRefusal, CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
 from service import admission, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
 from service.ingest import Ingest
@@ -153,8 +153,12 @@ class JobService:
     def _job(self, s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)
         if job is None:
-            raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+            self._job_missing(job_id)
         return job
+
+    @staticmethod
+    def _job_missing(job_id: str):
+        raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
 
     def get(self, job_id: str) -> JobPublic:
         with self.sessions() as s:
@@ -245,6 +249,27 @@ class JobService:
         except (ClusterUnavailable, RuntimeError):
             pass  # the monitor retries the stop while the job is CANCELLING
         return self.get(job_id)
+
+    def cancel_many(self, job_ids: list[str]) -> CancelledJobs:
+        """Cancel many jobs: the queued ones in one compare-and-set statement, the started
+        ones one by one (their Ray jobs are stopped), each refusal said per job."""
+        ids = list(dict.fromkeys(job_ids))
+        with self.sessions.begin() as s:
+            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
+            gone = {"submission_id": None, "queue_position": None}  # as for one cancel: a submit in flight finds it gone
+            done = set(lifecycle.transition_many(s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone))
+        cancelled, refused = [i for i in ids if i in done], []
+        for job_id in ids:
+            if job_id in done:
+                continue
+            try:
+                if job_id not in known:
+                    self._job_missing(job_id)
+                self.cancel(job_id)
+                cancelled.append(job_id)
+            except (Conflict, NotFound) as exc:
+                refused.append(CancelRefusal(id=job_id, code=exc.code, message=exc.message))
+        return CancelledJobs(cancelled=cancelled, refused=refused)
 
     def resume(self, job_id: str) -> JobPublic:
         """A new attempt of a FAILED or CANCELLED job. Ray Train finds the run's

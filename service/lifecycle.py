@@ -71,19 +71,7 @@ def transition(
         return False
     if target not in LEGAL[current]:
         raise IllegalTransition(job.id, current, target)
-    now = utcnow()
-    values: dict[str, Any] = {**(also or {}), "status": target.value, "status_reason": reason}
-    if target == S.RUNNING:
-        values["attempt_started_at"] = now
-        if job.started_at is None:
-            values["started_at"] = now
-    if target == S.QUEUED:
-        values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
-    if target.is_terminal():
-        values["finished_at"] = now
-    if target == S.FAILED:
-        values["failure_cause"] = (cause or C.INFRASTRUCTURE).value
-        values["error"] = error or reason
+    values = _values(target, reason, cause, error, also, first_start=job.started_at is None)
     session.flush()  # the job's other pending changes go first, under the same transaction
     result = session.execute(
         update(JobRow).where(JobRow.id == job.id, JobRow.status == current.value).values(**values),
@@ -96,6 +84,44 @@ def transition(
         set_committed_value(job, key, value)
     session.add(TransitionRow(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason))
     return True
+
+
+def _values(
+    target: JobStatus, reason: str | None, cause: FailureCause | None, error: str | None, also: dict[str, Any] | None, *, first_start: bool
+) -> dict[str, Any]:
+    """The columns a move to ``target`` writes."""
+    now = utcnow()
+    values: dict[str, Any] = {**(also or {}), "status": target.value, "status_reason": reason}
+    if target == S.RUNNING:
+        values["attempt_started_at"] = now
+        if first_start:
+            values["started_at"] = now
+    if target == S.QUEUED:
+        values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
+    if target.is_terminal():
+        values["finished_at"] = now
+    if target == S.FAILED:
+        values["failure_cause"] = (cause or C.INFRASTRUCTURE).value
+        values["error"] = error or reason
+    return values
+
+
+def transition_many(
+    session: Session, job_ids: list[str], current: JobStatus, target: JobStatus, *, reason: str, also: dict[str, Any] | None = None
+) -> list[str]:
+    """Move every job of ``job_ids`` still in ``current`` to ``target`` in one
+    compare-and-set statement (e.g. a mass cancel of queued jobs); returns those moved.
+    For moves whose columns depend on nothing but the target (not RUNNING)."""
+    if target not in LEGAL[current] or target == S.RUNNING:
+        raise IllegalTransition(job_ids[0] if job_ids else "-", current, target)
+    values = _values(target, reason, None, None, also, first_start=False)
+    session.flush()
+    moved = list(session.scalars(
+        update(JobRow).where(JobRow.id.in_(job_ids), JobRow.status == current.value).values(**values).returning(JobRow.id),
+        execution_options={"synchronize_session": False},
+    ))  # fmt: skip
+    session.add_all(TransitionRow(job_id=job_id, from_status=current.value, to_status=target.value, reason=reason) for job_id in moved)
+    return moved
 
 
 def fail(session: Session, job: JobRow, cause: FailureCause, error: str | None = None, *, reason: str | None = None) -> bool:

@@ -76,6 +76,18 @@ def test_bad_cursors_and_limits_are_request_errors(server):
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
 
 
+def test_many_jobs_cancel_in_one_request_with_bounds(server):
+    with Client(server.url) as client:
+        ids = [client.submit(digits_spec(name=f"many{i}")).id for i in range(3)]
+        result = client.cancel_many([*ids, "jnosuchjob"])
+        assert result.cancelled == ids and [r.code for r in result.refused] == ["job_not_found"]
+        assert {client.job(i).status.value for i in ids} == {"CANCELLED"}
+    http = httpx.Client(base_url=server.url)
+    for body in ({"ids": []}, {"ids": ["j1"] * 1001}, {"ids": ["../etc"]}, {"ids": ["j1"], "all": True}):
+        r = http.post("/v1/jobs/cancel", json=body)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
+
+
 def test_a_queued_job_shows_its_stored_place_and_the_queue_moves_up_on_cancel(server):
     with Client(server.url) as client:
         low = client.submit(digits_spec(name="low"))

@@ -13,7 +13,7 @@ from api.schemas import JobStatus
 from service import admission, queue
 from service.listing import decode_cursor, encode_cursor
 from service.monitor import Monitor
-from service.store import JobRow, utcnow
+from service.store import JobRow, TransitionRow, utcnow
 from tests.jobstore import job_service, set_columns, submit
 
 
@@ -167,3 +167,22 @@ def test_admission_starts_the_head_in_order_and_stops_at_the_first_that_waits():
     assert again.start == [] and again.reasons == {}  # unchanged reason: not rewritten
     gpu = admission.plan(iter([admission.Queued("g", 1, 1.0, now)]), (8.0, 0.0))
     assert gpu.start == [] and "needs 1 CPUs / 1 GPUs" in gpu.reasons["g"]
+
+
+def test_cancel_many_cancels_queued_jobs_in_one_go_and_says_why_for_the_rest(service):
+    queued = [submit(service, name=f"c{i}") for i in range(4)]
+    done = submit(service, name="done")
+    set_columns(service, done, status="SUCCEEDED", finished_at=utcnow())
+    with service.sessions.begin() as s:
+        queue.store_positions(s)
+    result = service.cancel_many([*queued, done, "jmissing", queued[0]])
+    assert result.cancelled == queued
+    assert [(r.id, r.code) for r in result.refused] == [(done, "job_finished"), ("jmissing", "job_not_found")]
+    for job_id in queued:
+        job = service.get(job_id)
+        assert job.status == JobStatus.CANCELLED and job.queue_position is None and job.finished_at is not None
+    with service.sessions() as s:
+        moves = s.execute(select(TransitionRow.job_id, TransitionRow.from_status, TransitionRow.to_status).where(TransitionRow.job_id.in_(queued))).all()
+    assert sorted(moves) == sorted((j, "QUEUED", "CANCELLED") for j in queued)
+    again = service.cancel_many(queued)
+    assert again.cancelled == [] and {r.code for r in again.refused} == {"job_finished"}

@@ -51,7 +51,7 @@ from api.schemas.events import (
     parse_event,
 )
 from api.schemas.job_spec import JOB_KINDS, JobSpec, job_kind, job_spec_adapter, parse_job_spec
-from api.schemas.jobs import CheckpointPublic, JobList, JobPublic, MetricPoint, RestartInfo
+from api.schemas.jobs import MAX_CANCEL_IDS, CancelJobs, CancelledJobs, CancelRefusal, CheckpointPublic, JobList, JobPublic, MetricPoint, RestartInfo
 from api.schemas.models import CNNModel, GPTModel, MLPModel, ModelSpec
 from api.schemas.parallelism import (
     CLASSIFIER_ONLY_STRATEGIES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas.common import FailureCause, JobStatus
 
@@ -39,6 +39,28 @@ class JobPublic(BaseModel):
     restarts: list["RestartInfo"] = Field(
         default_factory=list, description="Worker-group restarts from checkpoint within the job's attempts, with why."
     )
+
+
+MAX_CANCEL_IDS = 1000
+JobIdText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+
+
+class CancelJobs(BaseModel):
+    """POST /v1/jobs/cancel: many jobs at once (e.g. a whole queue, page by page)."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[JobIdText] = Field(min_length=1, max_length=MAX_CANCEL_IDS, description=f"Jobs to cancel, at most {MAX_CANCEL_IDS}.")
+
+
+class CancelRefusal(BaseModel):
+    id: str
+    code: str = Field(description="`job_not_found` or `job_finished`.")
+    message: str
+
+
+class CancelledJobs(BaseModel):
+    cancelled: list[str] = Field(description="Jobs now CANCELLED (they were queued) or CANCELLING (they had started).")
+    refused: list[CancelRefusal] = Field(default_factory=list, description="Jobs not cancelled, each with why.")
 
 
 class RestartInfo(BaseModel):

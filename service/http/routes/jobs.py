@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import StringConstraints
 
-from api.schemas import MAX_LABELS, JobList, JobPublic, JobSpec, JobStatus
+from api.schemas import MAX_LABELS, CancelJobs, CancelledJobs, JobList, JobPublic, JobSpec, JobStatus
 from service.http.deps import Cursor, JobId, Jobs, Offset
 from service.http.openapi import errors, job_response
 
@@ -63,6 +63,14 @@ def list_jobs(
 @router.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={200: job_response("The job."), **errors(404, 422)})
 def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
     return jobs.get(job_id)
+
+
+@router.post("/jobs/cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
+def cancel_jobs(jobs: Jobs, body: CancelJobs) -> CancelledJobs:
+    """Cancel many jobs at once (at most 1000): queued ones in one statement, started ones
+    each as by their own cancel; a job that is not found or already ended is listed in
+    `refused` with its code."""
+    return jobs.cancel_many(body.ids)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422))
