@@ -209,8 +209,9 @@ def test_cli_refuses_code_over_the_caps_before_sending_it(upload_server, tmp_pat
     (project / "code" / "main.py").write_text("def train(config):\n    pass\n")
     (project / "code" / "weights.py").write_bytes(b"#" * (MAX_BYTES + 1))  # not a data suffix: it counts
     (project / "job.yaml").write_text("entrypoint: main:train\nworking_dir: code\nscaling: {num_workers: 1}\n")
+    before = stored(upload_server)
     env = {**os.environ, "RAYDOCK_URL": upload_server.url, "COLUMNS": "400"}  # wide enough that rich wraps nothing
     run = subprocess.run([sys.executable, "-m", "service.cli", "submit", "job.yaml"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "RAYDOCK_CODE_MAX_BYTES" in run.stderr and "weights.py" in run.stderr and "code_too_large" in run.stderr
-    assert stored(upload_server) == []
+    assert stored(upload_server) == before

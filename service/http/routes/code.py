@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
+from starlette.requests import ClientDisconnect
 
+from api.errors import RaydockError
 from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic
 from service.http.deps import Code
 from service.http.openapi import errors
@@ -46,7 +48,10 @@ async def put_code(code: Code, sha256: Sha256, request: Request, response: Respo
     """Upload a package. Its sha256 must be the name; it is checked (caps, no links, no
     path out of the package, sizes that hold when unpacked) before anything is stored."""
     length = request.headers.get("content-length")
-    stored = await code.receive(sha256, int(length) if length and length.isdigit() else None, request.stream())
+    try:
+        stored = await code.receive(sha256, int(length) if length and length.isdigit() else None, request.stream())
+    except ClientDisconnect:  # the client went away mid-body; nothing was stored
+        raise RaydockError("The upload was cut off before its end; nothing was stored. Upload again.", code="upload_incomplete", status=400) from None
     if not stored.created:
         response.status_code = 200
     return stored.package
