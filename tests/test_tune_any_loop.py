@@ -109,3 +109,22 @@ def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(clien
         assert resumed[0].metrics["step"] <= first_run[-1].metrics["step"] + 1
         assert resumed[0].config == first_run[-1].config  # with its own values
         assert series[-1].metrics["step"] == 40
+
+
+@slow
+def test_pb2_explores_with_its_model_and_records_exploits(client: Client):
+    job = client.submit(search(algorithm="pb2", pbt={"perturbation_interval": 2}))
+    job.wait(timeout=480)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    assert {t.status for t in job.trials()} == {"TERMINATED"}
+    lineage = job.lineage()
+    assert lineage, "PB2 recorded no exploit"
+    for exploit in lineage:
+        assert exploit.trial_id != exploit.donor_trial_id and exploit.donor_time is not None
+        lr = exploit.new_config["optimizer.lr"]
+        # PB2 picks the new value inside the searched bounds (0.001..0.5), not by a factor.
+        assert 0.001 <= lr <= 0.5 and lr != exploit.old_config["optimizer.lr"]
+        after = [p for p in job.trial_metrics(exploit.trial_id) if p.seq > exploit.seq]
+        if after:  # the clone trained on from the donor's epoch with the value PB2 chose
+            assert after[0].epoch == exploit.donor_time + 1
+            assert after[0].metrics["lr"] == pytest.approx(lr)
