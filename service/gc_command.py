@@ -1,0 +1,44 @@
+"""``raydock gc``: history retention by hand (``service/retention.py``), on the store the
+server's own ``RAYDOCK_*`` settings name. It works on the database directly, so it runs
+where the server runs; it is safe while the server runs (the same batches and checks)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    days: Annotated[Optional[float], typer.Option(min=0, help="Finished more than this many days ago (default RAYDOCK_RETENTION_DAYS).")] = None,
+    max_finished: Annotated[Optional[int], typer.Option(min=0, help="Keep this many finished jobs, the newest (default RAYDOCK_RETENTION_MAX_FINISHED).")] = None,
+    show: Annotated[int, typer.Option(min=0, help="How many of the jobs to list.")] = 20,
+) -> None:
+    """Delete finished jobs past the retention policy, with their rows and storage."""
+    # Imported here: every other command of the CLI is a client and needs no database.
+    from service.retention import Policy, Retention
+    from service.settings import Settings
+    from service.store import make_engine, make_sessionmaker
+
+    console = Console()
+    settings = Settings()
+    configured = Policy.from_settings(settings)
+    policy = Policy(days if days is not None else configured.days, max_finished if max_finished is not None else configured.max_finished)
+    if not policy.is_set:
+        Console(stderr=True).print(
+            "[red]error:[/red] no retention policy: set RAYDOCK_RETENTION_DAYS / RAYDOCK_RETENTION_MAX_FINISHED, or pass --days / --max-finished"
+        )
+        raise typer.Exit(1)
+    retention = Retention(make_sessionmaker(make_engine(settings.resolved_database_url)), settings.resolved_storage_path, policy)
+    doomed, total = retention.due(limit=show)
+    table = Table("ID", "NAME", "STATUS", "FINISHED")
+    for d in doomed:
+        table.add_row(d.id, d.name, d.status, d.finished_at.strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table)
+    if dry_run:
+        console.print(f"would delete {total} finished job(s) ({policy}); {len(doomed)} listed")
+        return
+    console.print(f"deleted {retention.sweep()} finished job(s) ({policy})")
