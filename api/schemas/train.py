@@ -17,6 +17,7 @@ from api.schemas.data import DataSpec, DigitsData, TextData
 from api.schemas.models import GPTModel, ModelSpec
 from api.schemas.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec, resolve_mesh, validate_parallelism
 from api.schemas.scaling import ELASTIC_DEFAULT_MAX_RETRIES, ScalingSpec, elastic_problems
+from api.schemas.schedule import HyperparameterSchedule
 
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
@@ -132,6 +133,14 @@ class TrainSpec(Strict):
         ),
     )
 
+    schedule: HyperparameterSchedule | None = Field(
+        default=None,
+        description=(
+            "Optimizer values by epoch or step (e.g. a PBT trial's schedule, from GET /v1/jobs/{id}/best/replay); "
+            "the built-in loops apply them as they train. Each value must be valid for its optimizer field."
+        ),
+    )
+
     @field_validator("entrypoint")
     @classmethod
     def _entrypoint_form(cls, v: str | None) -> str | None:
@@ -169,6 +178,20 @@ class TrainSpec(Strict):
         problems = self._parallelism_problems()
         if problems:
             raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_values(self) -> "TrainSpec":
+        if self.schedule is None:
+            return self
+        if self.is_user_code:
+            raise ValueError("schedule: the built-in loops apply a schedule; user code reads its own values from `config`")
+        for i, interval in enumerate(self.schedule.intervals):
+            fields = {path.removeprefix("optimizer."): v for path, v in interval.values.items()}
+            try:
+                OptimizerSpec.model_validate({**self.optimizer.model_dump(), **fields})
+            except ValueError as exc:
+                raise ValueError(f"schedule.intervals.{i}.values: {exc.errors()[0]['loc'][0]} {exc.errors()[0]['msg']}") from None
         return self
 
     def _check_model_data(self) -> None:
