@@ -22,7 +22,6 @@ from api.errors import RaydockError
 from api.schemas import JobStatus, parse_job_spec
 from service.gc_command import gc
 from service.upload_view import UploadView, describe
-from service.upload_view import UploadView, describe
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
 console = Console()

@@ -28,7 +28,6 @@ from api.schemas.common import (
     Strict,
 )
 from api.schemas.code import CODE_REF_PREFIX, CODE_REF_RE, SHA256_RE, CodeLimits, CodePackagePublic
-from api.schemas.code import CODE_REF_PREFIX, CODE_REF_RE, SHA256_RE, CodeLimits, CodePackagePublic
 from api.schemas.data import DataSpec, DigitsData, SyntheticData, TabularData, TextData
 from api.schemas.events import (
     BestTrialEvent,

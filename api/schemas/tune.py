@@ -35,7 +35,6 @@ FIXED_FIELDS = {
     "entrypoint": "the code every trial runs",
     "working_dir": "the code every trial runs",
     "code": "the code every trial runs",
-    "code": "the code every trial runs",
     "runtime_env": "the environment every trial runs in",
     "scaling": "every trial holds the same resources (the cluster budget is checked against them); set base.scaling",
     "epochs": "the trial budget; set budget.epochs",
@@ -128,15 +127,6 @@ class TuneSpec(Strict):
     @working_dir.setter
     def working_dir(self, value: str | None) -> None:
         self.base.working_dir = value
-
-    @property
-    def code(self) -> str | None:
-        """The uploaded package every trial runs (``base.code``)."""
-        return self.base.code
-
-    @code.setter
-    def code(self, value: str | None) -> None:
-        self.base.code = value
 
     @property
     def code(self) -> str | None:
