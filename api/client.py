@@ -122,7 +122,7 @@ class Client:
         out = CancelledJobs(cancelled=[], refused=[])
         for start in range(0, len(job_ids), MAX_CANCEL_IDS):
             page = CancelledJobs.model_validate(
-                self.request("POST", "/v1/jobs/cancel", json={"ids": job_ids[start : start + MAX_CANCEL_IDS]}).json()
+                self.request("POST", "/v1/jobs:cancel", json={"ids": job_ids[start : start + MAX_CANCEL_IDS]}).json()
             )
             out.cancelled += page.cancelled
             out.refused += page.refused

@@ -207,10 +207,10 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
         t0, cpu0 = time.perf_counter(), server_cpu(server)
         with httpx.Client(base_url=server.url, timeout=120) as c:
             for start in range(0, len(waiting), 1000):
-                r = c.post("/v1/jobs/cancel", json={"ids": waiting[start : start + 1000]})
+                r = c.post("/v1/jobs:cancel", json={"ids": waiting[start : start + 1000]})
                 assert r.status_code == 200 and not r.json()["refused"], r.text
         took, cpu = time.perf_counter() - t0, server_cpu(server) - cpu0
-        what = f"cancel {len(waiting):,} queued jobs (POST /v1/jobs/cancel, 1000 ids a request)"
+        what = f"cancel {len(waiting):,} queued jobs (POST /v1/jobs:cancel, 1000 ids a request)"
         rows.append((what, f"{took:.1f} s; server CPU {cpu:.1f} s", TARGETS["cancel"]))
         rows += events_rows(url=server.url, database_url=database_url, data_dir=data_dir)
     finally:

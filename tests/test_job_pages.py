@@ -84,7 +84,7 @@ def test_many_jobs_cancel_in_one_request_with_bounds(server):
         assert {client.job(i).status.value for i in ids} == {"CANCELLED"}
     http = httpx.Client(base_url=server.url)
     for body in ({"ids": []}, {"ids": ["j1"] * 1001}, {"ids": ["../etc"]}, {"ids": ["j1"], "all": True}):
-        r = http.post("/v1/jobs/cancel", json=body)
+        r = http.post("/v1/jobs:cancel", json=body)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", r.text
 
 

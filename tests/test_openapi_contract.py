@@ -37,6 +37,12 @@ CONFIG = textwrap.dedent(
     include-operation-id = "get_cluster"
     checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "503"]
 
+    # A list cursor is opaque: only the `next` of a page the server handed out is one, so a
+    # schema-valid made-up cursor is refused (422 invalid_cursor).
+    [[operations]]
+    include-operation-id = "list_jobs"
+    checks.positive_data_acceptance.expected-statuses = ["2xx", "422"]
+
     # A job spec can be valid JSON Schema and still be refused (422, with the field named):
     # rules across fields ("exactly one of model or entrypoint") and facts only the server
     # can check (the entrypoint's module exists in working_dir) are not JSON Schema.

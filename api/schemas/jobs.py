@@ -46,7 +46,7 @@ JobIdText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-
 
 
 class CancelJobs(BaseModel):
-    """POST /v1/jobs/cancel: many jobs at once (e.g. a whole queue, page by page)."""
+    """POST /v1/jobs:cancel: many jobs at once (e.g. a whole queue, page by page)."""
 
     model_config = ConfigDict(extra="forbid")
     ids: list[JobIdText] = Field(min_length=1, max_length=MAX_CANCEL_IDS, description=f"Jobs to cancel, at most {MAX_CANCEL_IDS}.")

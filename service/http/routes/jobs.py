@@ -65,7 +65,7 @@ def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
     return jobs.get(job_id)
 
 
-@router.post("/jobs/cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
+@router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
 def cancel_jobs(jobs: Jobs, body: CancelJobs) -> CancelledJobs:
     """Cancel many jobs at once (at most 1000): queued ones in one statement, started ones
     each as by their own cancel; a job that is not found or already ended is listed in
