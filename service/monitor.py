@@ -246,8 +246,10 @@ class Monitor:
             specs = dict(s.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(job_ids))).all()) if job_ids else {}
         for job_id, spec in specs.items():
             parsed = _spec(job_id, spec)
-            refusal = admission.capacity_refusal(parsed, max_cpus, max_gpus, has_autoscaler) if parsed else None
-            if refusal is not None:
+            if parsed is None:
+                unreadable = "the stored job spec no longer validates"
+                out.append(admission.Failure(job_id, FailureCause.INFRASTRUCTURE, unreadable, unreadable))
+            elif (refusal := admission.capacity_refusal(parsed, max_cpus, max_gpus, has_autoscaler)) is not None:
                 out.append(admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
         return out
 
