@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import TypeAdapter
 
 from api.errors import NotFound, RaydockError
 from api.schemas import MetricPoint
@@ -19,6 +20,7 @@ from service.http.openapi import errors
 
 router = APIRouter(tags=["metrics"])
 STREAM_POLL_S = 0.2
+_POINTS = TypeAdapter(list[MetricPoint])
 
 Limit = Annotated[
     int | None,
@@ -36,8 +38,8 @@ MaxPoints = Annotated[
 
 @router.get("/jobs/{job_id}/metrics", response_model=list[MetricPoint], operation_id="get_metrics", responses=errors(404, 422))
 def get_metrics(
-    jobs: Jobs, job_id: JobId, request: Request, response: Response, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
-) -> list[MetricPoint]:
+    jobs: Jobs, job_id: JobId, request: Request, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
+) -> Response:
     """Stored reports with seq > since, in seq order: a page of `limit` (a `Link: <...>; rel="next"` header
     when more follow), or with `max_points` the whole rest of the series downsampled."""
     if max_points is not None:
@@ -46,12 +48,16 @@ def get_metrics(
                 "Send either limit (a page of reports) or max_points (the series downsampled), not both.",
                 code="invalid_query", status=422,
             )  # fmt: skip
-        return jobs.metrics_downsampled(job_id, since, max_points)
+        return _json(jobs.metrics_downsampled(job_id, since, max_points), {})
     limit = limit or series.PAGE_DEFAULT
     points, more = jobs.metrics(job_id, since, limit)
-    if more:
-        response.headers["Link"] = f'<{request.url.path}?since={points[-1].seq}&limit={limit}>; rel="next"'
-    return points
+    headers = {"Link": f'<{request.url.path}?since={points[-1].seq}&limit={limit}>; rel="next"'} if more else {}
+    return _json(points, headers)
+
+
+def _json(points: list[MetricPoint], headers: dict[str, str]) -> Response:
+    # The points are built from the store by the service: serialised once, not validated again.
+    return Response(_POINTS.dump_json(points), media_type="application/json", headers=headers)
 
 
 @router.get(
