@@ -69,6 +69,8 @@ class Bench:
 
     def _set(self, job_id: str, **values) -> None:
         names = {c.name for c in JobRow.__table__.columns}
+        if not names & set(values):
+            return
         with self.service.sessions.begin() as s:
             s.execute(update(JobRow).where(JobRow.id == job_id).values(**{k: v for k, v in values.items() if k in names}))
 
