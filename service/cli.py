@@ -304,12 +304,20 @@ def checkpoints(
 def trials(
     job_id: str,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    replay: Annotated[
+        bool, typer.Option("--replay", help="Print the best trial as a kind: train spec (YAML) with its schedule of values.")
+    ] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """A search's trials, its PBT lineage (who cloned whom, when) and its best trial."""
+    """A search's trials, its PBT lineage (who cloned whom, when) and its best trial;
+    with --replay, the best trial as a training spec: `raydock trials ID --replay > spec.yaml`."""
     with _client(url, token) as client:
         try:
+            if replay:
+                spec = client.request("GET", f"/v1/jobs/{job_id}/best/replay").json()
+                print(yaml.safe_dump(spec, sort_keys=False), end="")
+                return
             job = client.job(job_id)
             found, lineage = job.trials(), job.lineage()
             try:

@@ -12,8 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import BestTrialPublic, ExploitPublic, JobStatus, TrialCheckpoint, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, JobStatus, TrainSpec, TrialCheckpoint, TrialMetricPoint, TrialPublic, TuneSpec
 from service.ingest import better as _better
+from service.replay import Exploit, replay_spec
 from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
 
 LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
@@ -95,6 +96,26 @@ class TrialService:
                 trial_id=best.trial_id, metric=metric, mode=mode, value=float(best.values[metric]),
                 config=best.config, metrics=best.values, final=False,
             )  # fmt: skip
+
+
+    def replay(self, job_id: str) -> TrainSpec:
+        """The best trial of a finished search as a ``kind: train`` spec (``service.replay``)."""
+        with self.sessions() as s:
+            job = self._search(s, job_id)
+            final = s.get(SearchResultRow, job_id)
+            if final is None:
+                raise Conflict(
+                    f"Search {job_id} is {job.status} and has no final best trial yet; a replay needs a search that "
+                    "succeeded. Wait for it (GET /v1/jobs/{id}) or see the best so far at GET /v1/jobs/{id}/best.",
+                    code="search_not_finished",
+                )
+            rows = s.scalars(select(ExploitRow).where(ExploitRow.job_id == job_id)).all()
+            exploits = [
+                Exploit((r.attempt, r.src_seq), r.trial_id, r.donor_trial_id, r.donor_time or 0.0, r.old_config or {}, r.new_config or {})
+                for r in rows
+            ]
+            configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
+            return replay_spec(TuneSpec.model_validate(job.spec), final.trial_id, exploits, configs)
 
 
 def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:

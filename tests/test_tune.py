@@ -14,6 +14,7 @@ import time
 
 import httpx
 import pytest
+import yaml
 
 from api.client import Client
 from api.errors import CapacityExceeded
@@ -100,6 +101,32 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
     assert cli.returncode == 0, cli.stderr
     assert all(t.trial_id in cli.stdout for t in trials)
     assert f"cloned {lineage[0].donor_trial_id}" in cli.stdout and f"best: {best.trial_id}" in cli.stdout
+
+    # Replay: the best trial as one training job, with the values of its lineage by epoch.
+    replay = subprocess.run(
+        [sys.executable, "-m", "service.cli", "trials", job.id, "--replay"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert replay.returncode == 0, replay.stderr
+    spec = yaml.safe_load(replay.stdout)
+    assert spec == client.request("GET", f"/v1/jobs/{job.id}/best/replay").json()
+    assert spec["kind"] == "train" and spec["epochs"] == 6
+    schedule = spec["schedule"]
+    assert schedule["unit"] == "epoch" and schedule["intervals"][0]["at"] == 0
+    # The last interval is the best trial's own latest values.
+    assert schedule["intervals"][-1]["values"]["optimizer.lr"] == pytest.approx(best.config["optimizer.lr"])
+    # Every change of value is an exploit of the lineage, at the donor's epoch.
+    moves = {(e.donor_time, e.new_config["optimizer.lr"]) for e in lineage}
+    assert all((i["at"], i["values"]["optimizer.lr"]) in moves for i in schedule["intervals"][1:])
+    run = client.submit(spec)
+    run.wait(timeout=180)
+    assert run.status.value == "SUCCEEDED", run.info.error
+    firsts = {}
+    for p in run.metrics():
+        firsts.setdefault(p.metrics["epoch"], p.metrics)  # the first report of an epoch count is its end
+    lrs = {at: v for at, v in ((i["at"], i["values"]["optimizer.lr"]) for i in schedule["intervals"])}
+    for epoch, metrics in firsts.items():
+        expected = lrs[max(a for a in lrs if a <= epoch - 1)]
+        assert metrics["lr"] == pytest.approx(expected), (epoch, metrics["lr"], schedule)
 
 
 # ASHA and grid searches start many Train runs (90-110 s each on 2 busy cores); they run

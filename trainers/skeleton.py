@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from api.schemas import OptimizerSpec, TrainSpec
+from api.schemas.schedule import HyperparameterSchedule
 from trainers import checkpoint, efficiency, fast_path
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
@@ -80,6 +81,28 @@ def set_hyperparameters(opt: torch.optim.Optimizer, spec: OptimizerSpec) -> None
         group["lr"], group["weight_decay"] = spec.lr, spec.weight_decay
         if "momentum" in group:
             group["momentum"] = spec.momentum
+
+
+class Scheduler:
+    """Applies ``spec.schedule`` (optimizer values by completed epochs or steps) before
+    each step; only a change touches the optimizer."""
+
+    def __init__(self, schedule: HyperparameterSchedule | None) -> None:
+        self.schedule, self.applied = schedule, None
+
+    def before(self, opt: torch.optim.Optimizer, step: "Step") -> None:
+        if self.schedule is None:
+            return
+        done = step.number - 1 if self.schedule.unit == "step" else step.epoch - (1 if step.epoch_end else 0)
+        values = self.schedule.values_at(done)
+        if values == self.applied:
+            return
+        for group in opt.param_groups:
+            for path, value in values.items():
+                name = path.removeprefix("optimizer.")
+                if name in group:
+                    group[name] = value
+        self.applied = values
 
 
 @dataclass(frozen=True)
@@ -237,7 +260,9 @@ def train(
     cadence = Cadence(spec, pm.device)
     rate_name, units_per_row = throughput
     window = Window()
+    scheduler = Scheduler(spec.schedule)
     for step in steps:
+        scheduler.before(pm.optimizer, step)
         window.add(pm.local_step(step.inputs, step.targets), len(step.targets))
         if not cadence.report_due(step):
             continue

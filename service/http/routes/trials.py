@@ -1,11 +1,12 @@
 """Routes of a search's trials: the trials with their status, values and metrics, each
-trial's metric series, the PBT lineage and the best trial. Thin: read the trial service."""
+trial's metric series, the PBT lineage, the best trial and its replay as a training spec.
+Thin: read the trial service."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, TrainSpec, TrialMetricPoint, TrialPublic
 from service.http.deps import JobId, Since, TrialId, Trials
 from service.http.openapi import errors
 
@@ -39,3 +40,12 @@ def lineage(trials: Trials, job_id: JobId) -> list[ExploitPublic]:
 def best(trials: Trials, job_id: JobId) -> BestTrialPublic:
     """The best trial, its values and (once the search ended) its checkpoint; before, the best so far."""
     return trials.best(job_id)
+
+
+@router.get(
+    "/jobs/{job_id}/best/replay", response_model=TrainSpec, operation_id="get_best_trial_replay", responses=errors(404, 409, 422)
+)
+def replay(trials: Trials, job_id: JobId) -> TrainSpec:
+    """A finished search's best trial as a `kind: train` spec: its first values, the search's budget and a
+    `schedule` of the optimizer values it trained with in each interval (PBT's lineage). Submit it to reproduce the trial."""
+    return trials.replay(job_id)
