@@ -332,7 +332,9 @@ def trials(
         out = {"trials": found, "lineage": lineage, "best": best}
         console.print_json(json.dumps({k: _jsonable(v) for k, v in out.items()}))
         return
-    metric, unit = job.info.spec.get("metric"), "step" if (job.info.spec.get("budget") or {}).get("steps") else "epoch"
+    budget = job.info.spec.get("budget") or {}
+    unit = "step" if budget.get("steps") else "epoch" if budget.get("epochs") else "training_iteration"
+    metric = job.info.spec.get("metric")
     table = Table("TRIAL", "STATUS", "VALUES", unit.upper(), f"LAST {metric}", f"BEST {metric}", "EXPLOITS")
     for t in found:
         last = (t.last_metrics or {}).get(metric)

@@ -322,7 +322,8 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     row = _trial(s, job, event.trial_id)
     row.reports += 1
     row.last_metrics = m
-    unit = "step" if (job.spec.get("budget") or {}).get("steps") else "epoch"
+    budget = job.spec.get("budget") or {}
+    unit = "step" if budget.get("steps") else "training_iteration" if budget.get("reports") else "epoch"
     row.last_time = _float(m.get(unit))
     value = _float(m.get(job.spec.get("metric")))
     if value is not None and (row.best_metric is None or better(value, row.best_metric, job.spec.get("mode"))):

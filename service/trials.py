@@ -125,7 +125,7 @@ def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:
         # The driver ended (cancel, failure) before it could say: the job's end is the trial's.
         status = {JobStatus.CANCELLED: "CANCELLED", JobStatus.FAILED: "ERROR"}.get(job_status, "TERMINATED")
     budget = job.spec.get("budget") or {}
-    amount = budget.get("epochs") or budget.get("steps")
+    amount = budget.get("epochs") or budget.get("steps") or budget.get("reports")
     stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
     return TrialPublic(
         trial_id=r.trial_id, status=status, config=r.config or {}, reports=r.reports, last_metrics=r.last_metrics,
