@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
@@ -26,6 +26,7 @@ from service.settings import Settings
 from service.store import CheckpointRow, JobRow, count, utcnow
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
+DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
 
 
 def to_public(job: JobRow) -> JobPublic:
@@ -254,10 +255,17 @@ class JobService:
         """Cancel many jobs: the queued ones in one compare-and-set statement, the started
         ones one by one (their Ray jobs are stopped), each refusal said per job."""
         ids = list(dict.fromkeys(job_ids))
-        with self.sessions.begin() as s:
-            known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
-            gone = {"submission_id": None, "queue_position": None}  # as for one cancel: a submit in flight finds it gone
-            done = set(lifecycle.transition_many(s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone))
+        for tries_left in reversed(range(3)):
+            try:
+                with self.sessions.begin() as s:
+                    known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
+                    gone = {"submission_id": None, "queue_position": None}  # as for one cancel: a submit in flight finds it gone
+                    moved = lifecycle.transition_many(s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone)
+                break
+            except DBAPIError as exc:  # PostgreSQL chose this transaction to end a deadlock: nothing was written
+                if tries_left == 0 or getattr(exc.orig, "sqlstate", None) != DEADLOCK:
+                    raise
+        done = set(moved)
         cancelled, refused = [i for i in ids if i in done], []
         for job_id in ids:
             if job_id in done:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -116,6 +116,9 @@ def transition_many(
         raise IllegalTransition(job_ids[0] if job_ids else "-", current, target)
     values = _values(target, reason, None, None, also, first_start=False)
     session.flush()
+    # Row locks in id order, as every writer of many jobs takes them: two such writers
+    # wait for each other instead of deadlocking (PostgreSQL; SQLite has one writer).
+    session.execute(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.status == current.value).order_by(JobRow.id).with_for_update())
     moved = list(session.scalars(
         update(JobRow).where(JobRow.id.in_(job_ids), JobRow.status == current.value).values(**values).returning(JobRow.id),
         execution_options={"synchronize_session": False},

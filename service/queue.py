@@ -148,14 +148,17 @@ def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | N
     """Give every waiting job not in ``exclude`` (or, with ``only``, those of ``only``)
     this status reason, writing only the rows whose reason differs; returns how many."""
     differs = JobRow.status_reason.is_(None) | (JobRow.status_reason != reason)
-    q = update(JobRow).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None), differs)
+    where = [JobRow.status == QUEUED, JobRow.submission_id.is_(None), differs]
     if only is not None:
         if not only - exclude:
             return 0
-        q = q.where(JobRow.id.in_(only - exclude))
+        where.append(JobRow.id.in_(only - exclude))
     elif exclude:
-        q = q.where(JobRow.id.not_in(exclude))
-    return s.execute(q.values(status_reason=reason), execution_options={"synchronize_session": False}).rowcount
+        where.append(JobRow.id.not_in(exclude))
+    if s.get_bind().dialect.name == "postgresql":  # row locks in id order (see lifecycle.transition_many)
+        s.execute(select(JobRow.id).where(*where).order_by(JobRow.id).with_for_update())
+    q = update(JobRow).where(*where).values(status_reason=reason)
+    return s.execute(q, execution_options={"synchronize_session": False}).rowcount
 
 
 def store_positions(s: Session, touched: set[str] | None = None) -> int:
@@ -179,6 +182,7 @@ def store_positions(s: Session, touched: set[str] | None = None) -> int:
             if row.queue_position != place:
                 moved.append({"id": row.id, "queue_position": place})
     if moved:
+        moved.sort(key=lambda m: m["id"])  # row locks in id order (see lifecycle.transition_many)
         s.execute(update(JobRow), moved)  # by primary key, many rows in one statement
     # Those being submitted are out of line.
     out = update(JobRow).where(JobRow.submission_id > "", JobRow.queue_position.is_not(None))
