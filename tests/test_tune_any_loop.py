@@ -128,3 +128,20 @@ def test_pb2_explores_with_its_model_and_records_exploits(client: Client):
         if after:  # the clone trained on from the donor's epoch with the value PB2 chose
             assert after[0].epoch == exploit.donor_time + 1
             assert after[0].metrics["lr"] == pytest.approx(lr)
+
+
+@slow
+def test_each_trial_is_itself_a_two_worker_train_run(client: Client):
+    from tests.test_tune import BASE
+
+    base = {**BASE, "scaling": {"num_workers": 2, "cpus_per_worker": 0.25}}
+    job = client.submit(search(base=base, num_trials=2, budget={"epochs": 2}))
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert len(trials) == 2
+    for t in trials:
+        series = job.trial_metrics(t.trial_id)
+        # Every report comes from a data-parallel run of two workers.
+        assert series and {p.metrics["world_size"] for p in series} == {2}
+        assert series[-1].epoch == 2
