@@ -86,7 +86,7 @@ def restores_from_checkpoint(spec: TrainSpec) -> bool:
         return True
     try:
         source = inspect.getsource(inspect.getmodule(load_entrypoint(spec.entrypoint)))
-    except (OSError, TypeError, ImportError, AttributeError):
+    except Exception:  # noqa: BLE001 - unreadable or failing to import: the trials will say why
         return True  # unknown: claim nothing
     return "get_checkpoint" in source
 
