@@ -179,10 +179,10 @@ class JobService:
             self._job(s, job_id)
             return series.page(s, job_id, since, limit)
 
-    def metrics_downsampled(self, job_id: str, since: int, max_points: int) -> list[MetricPoint]:
+    def metrics_downsampled(self, job_id: str, since: int, max_points: int, until: int | None = None) -> list[MetricPoint]:
         with self.sessions() as s:
             self._job(s, job_id)
-            return series.downsample(s, job_id, since, max_points)
+            return series.downsample(s, job_id, since, max_points, until)
 
     def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
         """Stored log text from character ``offset`` on (a few MiB at most) and the offset

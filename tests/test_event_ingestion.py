@@ -98,7 +98,9 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     assert "note" not in points[1].metrics_min  # only numbers have extremes
     assert [p.seq for p in service.metrics_downsampled(job_id, 2400, 500)] == list(range(2401, 2500))  # fewer than asked: as stored
     with service.sessions() as s:  # databases without JSON functions get the same buckets, made in Python
-        assert series._downsample_here(s, job_id, -1, 100) == points
+        assert series._downsample_here(s, job_id, -1, 100, 2499) == points
+    window = service.metrics_downsampled(job_id, 999, 10, until=1999)  # the next 1000 reports after seq 999
+    assert (window[0].seq, window[-1].seq, sum(p.points for p in window)) == (1000, 1999, 1000)
 
 
 def test_a_capped_log_keeps_head_and_tail_says_what_it_dropped_and_takes_in_every_event(running):

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import TypeAdapter
 
-from api.errors import NotFound, RaydockError
+from api.errors import NotFound
 from api.schemas import MetricPoint
 from service import series
 from service.http.deps import ExistingJobId, JobId, Jobs, Since
@@ -30,8 +30,9 @@ MaxPoints = Annotated[
     int | None,
     Query(
         ge=2, le=series.POINTS_MAX,
-        description="Downsample every report after `since` to at most this many points for a chart: the first report, then "
-        "buckets of consecutive reports, each as its last report with `points`, `first_seq`, `metrics_min` and `metrics_max`.",
+        description="Downsample the reports after `since` (the next `limit` of them when given, else all) to at most this many "
+        "points for a chart: the first report, then buckets of consecutive reports, each as its last report with `points`, "
+        "`first_seq`, `metrics_min` and `metrics_max`.",
     ),
 ]  # fmt: skip
 
@@ -41,14 +42,10 @@ def get_metrics(
     jobs: Jobs, job_id: JobId, request: Request, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
 ) -> Response:
     """Stored reports with seq > since, in seq order: a page of `limit` (a `Link: <...>; rel="next"` header
-    when more follow), or with `max_points` the whole rest of the series downsampled."""
+    when more follow), or with `max_points` the rest of the series (or the next `limit` reports) downsampled."""
     if max_points is not None:
-        if limit is not None:
-            raise RaydockError(
-                "Send either limit (a page of reports) or max_points (the series downsampled), not both.",
-                code="invalid_query", status=422,
-            )  # fmt: skip
-        return _json(jobs.metrics_downsampled(job_id, since, max_points), {})
+        until = since + limit if limit is not None else None
+        return _json(jobs.metrics_downsampled(job_id, since, max_points, until), {})
     limit = limit or series.PAGE_DEFAULT
     points, more = jobs.metrics(job_id, since, limit)
     headers = {"Link": f'<{request.url.path}?since={points[-1].seq}&limit={limit}>; rel="next"'} if more else {}
