@@ -45,6 +45,13 @@ BAD_SPECS = [
     ("tune seed 2**32", tune_spec(seed=2**32), "seed"),
     ("cnn channels of 1e23", digits_spec(model={"type": "cnn", "channels": [10**23]}), "model.cnn.channels"),
     ("mlp of 65 layers", digits_spec(model={"type": "mlp", "hidden_sizes": [8] * 65}), "hidden_sizes"),
+    ("schedule of 10001 intervals", digits_spec(schedule={
+        "unit": "step", "intervals": [{"at": i, "values": {"optimizer.lr": 0.1}} for i in range(10_001)],
+    }), "schedule.intervals"),
+    ("scheduled lr of infinity", digits_spec(schedule={"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": float("inf")}}]}), "lr"),
+    ("schedule at a step past the cap", digits_spec(schedule={
+        "unit": "step", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}, {"at": 10**9, "values": {"optimizer.lr": 0.01}}],
+    }), "schedule.intervals.1.at"),
 ]
 
 

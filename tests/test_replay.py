@@ -70,3 +70,19 @@ def test_user_code_reads_its_own_values_not_a_schedule():
     with pytest.raises(ValueError) as excinfo:
         parse_job_spec({"entrypoint": "userpkg.steps:train", "schedule": {"unit": "step", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}]}})
     assert "user code reads its own values" in str(excinfo.value)
+
+
+def test_replay_over_rest_refuses_what_is_not_a_finished_search(server):
+    import httpx
+
+    from tests.conftest import digits_spec
+
+    http = httpx.Client(base_url=server.url, timeout=30)
+    missing = http.get("/v1/jobs/j000000000000/best/replay")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
+    before = http.get("/v1/jobs").json()["total"]
+    bad = digits_spec(schedule={"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": 50}}]})
+    r = http.post("/v1/jobs", json=bad)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_spec"
+    assert "schedule.intervals.0.values: lr" in r.json()["error"]["message"]
+    assert http.get("/v1/jobs").json()["total"] == before
