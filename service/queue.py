@@ -161,6 +161,20 @@ def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | N
     return s.execute(q, execution_options={"synchronize_session": False}).rowcount
 
 
+def _places_before(s: Session, before) -> int:
+    """How many wait ahead of a point of the queue. Nothing before it moved since the
+    places were stored, so the last job before it holds the answer (read walking back
+    from the end of the queue: a job queued at the end costs a step); counted if not."""
+    waiting = (JobRow.status == QUEUED, JobRow.submission_id.is_(None), before)
+    backwards = (JobRow.priority.asc(), JobRow.queued_at.desc(), JobRow.id.desc())
+    last = s.execute(select(JobRow.queue_position).where(*waiting).order_by(*backwards).limit(1)).first()
+    if last is None:
+        return 0
+    if last.queue_position is not None:
+        return last.queue_position
+    return s.scalar(select(func.count()).select_from(JobRow).where(*waiting))
+
+
 def store_positions(s: Session, touched: set[str] | None = None) -> int:
     """Write each waiting job's 1-based place in the queue, only where it moved; returns
     how many moved. With ``touched`` (the jobs that entered or left the line since the
@@ -172,7 +186,7 @@ def store_positions(s: Session, touched: set[str] | None = None) -> int:
     if keys and all(k.queued_at is not None for k in keys):
         first = min(keys, key=lambda k: (-k.priority, aware(k.queued_at), k.id))
         before = _before_in_order(first.priority, first.queued_at, first.id)
-        ahead = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None), before))
+        ahead = _places_before(s, before)
         line = line.where(~before)
     elif touched is not None and not keys:
         line = None  # nothing entered or left the line

@@ -114,6 +114,17 @@ def test_queue_positions_are_stored_in_queue_order_and_rewritten_only_when_they_
         assert queue.store_positions(s) == 68  # every job behind it moved up one
     assert service.get(order[1]).queue_position == 1 and service.get(order[0]).queue_position is None
 
+    # Re-ranked from the first job that entered the line: one queued at the end moves no
+    # one else; one of a middle priority moves those behind it.
+    last = submit(service, name="last")
+    with service.sessions.begin() as s:
+        assert queue.store_positions(s, touched={last}) == 1
+    middle = submit(service, name="middle", priority=3)
+    with service.sessions.begin() as s:
+        queue.store_positions(s, touched={middle})
+    order = queue_order_in_python(service)
+    assert [service.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
+
 
 def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_changes(service):
     ids = [submit(service, name=f"t{i}") for i in range(5)]
