@@ -215,3 +215,23 @@ def test_cli_refuses_code_over_the_caps_before_sending_it(upload_server, tmp_pat
     assert run.returncode == 2, run.stdout + run.stderr
     assert "RAYDOCK_CODE_MAX_BYTES" in run.stderr and "weights.py" in run.stderr and "code_too_large" in run.stderr
     assert stored(upload_server) == before
+
+
+def test_uploads_need_the_api_token(tmp_path):
+    """The upload route reads no body before the token is checked: a client without it
+    gets 401 and nothing is stored, however large the body it announces."""
+    server = ServerProcess(tmp_path / "data", f"http://127.0.0.1:{free_ports(1)[0]}", token="t0ken", extra_env={"RAYDOCK_CODE_ROOT": ""}).start()
+    try:
+        body = zip_of([(f"{TOP}/main.py", b"x = 1\n")])
+        sha = hashlib.sha256(body).hexdigest()
+        refused = httpx.put(f"{server.url}/v1/code/{sha}", content=body)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+        assert httpx.head(f"{server.url}/v1/code/{sha}").status_code == 401
+        assert stored(server) == []
+        with Client(server.url, token="t0ken") as client:
+            (tmp_path / "code").mkdir()
+            (tmp_path / "code" / "main.py").write_text("x = 1\n")
+            assert client.upload_code(tmp_path / "code").status == 201
+        assert len(stored(server)) == 1
+    finally:
+        server.stop()
