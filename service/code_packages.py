@@ -19,6 +19,7 @@ Error codes: ``code_hash_mismatch``, ``code_package_invalid``, ``code_package_un
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import heapq
 import logging
@@ -93,7 +94,9 @@ class CodeStore:
         cap = self.settings.code_max_bytes
         if declared is not None and declared > cap:
             raise _too_large_body(declared, cap)
-        if (known := self.touch(sha256)) is not None:
+        # The database, the zip check and the copy into storage run off the event loop:
+        # a large package must not stall the server's other requests.
+        if (known := await asyncio.to_thread(self.touch, sha256)) is not None:
             return Stored(known, created=False)  # nothing read: the bytes are known
         self.incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=self.incoming, prefix=f"{sha256[:12]}-", suffix=".zip")
@@ -112,8 +115,8 @@ class CodeStore:
                     "changed or cut on the way. Upload again (the CLI and SDK name the package by its hash).",
                     code="code_hash_mismatch",
                 )  # fmt: skip
-            files, content = check_zip(Path(tmp), self.settings)
-            return self._store(sha256, Path(tmp), received, files, content)
+            files, content = await asyncio.to_thread(check_zip, Path(tmp), self.settings)
+            return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content)
         finally:
             # Refused, cut off (the client went away mid-body) or stored: the temp file goes.
             Path(tmp).unlink(missing_ok=True)
