@@ -10,7 +10,7 @@ Two tasks:
   Accuracy grows fastest at an optimal learning rate that rises and then falls with the
   accuracy itself (a triangle wave from 0.001 up to 0.01 and back); a rate more than 3x
   off gains nothing, one too high loses accuracy. No fixed rate gets far: only a rate
-  that follows the schedule does. 8 trials x 20 epochs of 20 toy steps, searching
+  that follows the schedule does. 8 trials x 40 epochs of 10 toy steps, searching
   ``config.lr`` log-uniform in 0.0001..0.02; metric ``mean_accuracy``.
 - ``digits``: the built-in CNN on the digits data with SGD, searching the learning rate
   (log-uniform 0.01..1) and momentum (0.5..0.99), 8 trials x 12 epochs. Too easy and too
@@ -67,15 +67,22 @@ from tuning.search_events import SearchEvents
 
 TRIALS = 8
 ALGORITHMS = ("random", "asha", "pbt")
-EPOCHS = {"digits": 12, "triangle": 20}
+EPOCHS = {"digits": 12, "triangle": 40}
 METRIC = {"digits": "val_acc", "triangle": "mean_accuracy"}
 TARGET = {"digits": 0.9, "triangle": 120.0}
-TRIANGLE_STEPS_PER_EPOCH = 20
+TRIANGLE_STEPS_PER_EPOCH = 10
 
 
-def algorithm_options(algorithm: str) -> dict[str, Any]:
+def algorithm_options(algorithm: str, task: str) -> dict[str, Any]:
     if algorithm == "asha":
         return {"asha": {"grace_period": 1, "reduction_factor": 2}}
+    if algorithm == "pbt" and task == "triangle":
+        # The rate must rise 10x and fall back within 40 epochs: a decision every epoch,
+        # and steps large enough to follow it (Tune's default 1.2/0.8 needs 13 to rise 10x).
+        return {"pbt": {
+            "perturbation_interval": 1, "quantile_fraction": 0.25, "resample_probability": 0.25,
+            "perturbation_factors": [1.5, 0.6],
+        }}  # fmt: skip
     if algorithm == "pbt":
         return {"pbt": {"perturbation_interval": 2, "quantile_fraction": 0.25, "resample_probability": 0.25}}
     return {}
@@ -84,7 +91,7 @@ def algorithm_options(algorithm: str) -> dict[str, Any]:
 def spec_for(algorithm: str, seed: int, task: str = "digits") -> TuneSpec:
     common = {
         "kind": "tune", "algorithm": algorithm, "mode": "max", "metric": METRIC[task], "num_trials": TRIALS,
-        "max_concurrent_trials": TRIALS, "budget": {"epochs": EPOCHS[task]}, "seed": seed, **algorithm_options(algorithm),
+        "max_concurrent_trials": TRIALS, "budget": {"epochs": EPOCHS[task]}, "seed": seed, **algorithm_options(algorithm, task),
     }  # fmt: skip
     if task == "triangle":
         return TuneSpec.model_validate({
