@@ -17,6 +17,24 @@ router = APIRouter(tags=["jobs"])
 # key=value: a non-empty key, then the value matched as given (anything but NUL, as in a label).
 LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=\x00]+=[^\x00]*$", max_length=64 + 256)]
 
+# Shown in /docs, and sent as is by contract tests: specs the server accepts.
+SPEC_EXAMPLES = {
+    "digits": {
+        "summary": "Data-parallel MLP on the bundled digits data",
+        "value": {
+            "name": "digits-ddp",
+            "model": {"type": "mlp", "hidden_sizes": [64]},
+            "data": {"source": "digits"},
+            "epochs": 2,
+            "scaling": {"num_workers": 2},
+        },
+    },
+    "gpt": {
+        "summary": "The built-in GPT on the generated character corpus, FSDP on 2 workers",
+        "value": {"name": "gpt-fsdp", "model": {"type": "gpt"}, "max_steps": 50, "parallelism": {"strategy": "fsdp"}, "scaling": {"num_workers": 2}},
+    },
+}
+
 
 @router.post(
     "/jobs",
@@ -31,7 +49,7 @@ LabelFilter = Annotated[str, StringConstraints(pattern=r"^[^=\x00]+=[^\x00]*$", 
 )
 def submit_job(
     jobs: Jobs,
-    spec: Annotated[JobSpec, Body()],
+    spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     response: Response,
     idempotency_key: Annotated[
         str | None, Header(max_length=200, description="Retries with the same key return the same job instead of a new one.")
