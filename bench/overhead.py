@@ -47,13 +47,13 @@ def vanilla() -> dict:
 
 
 def raw_trainer(gcs_address: str, storage: str) -> dict:
+    os.environ.update(SINGLE_MACHINE_ENV)  # the head listens on 127.0.0.1 only; Ray reads this at import
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     if ray_auth_token():
         os.environ.setdefault("RAY_AUTH_MODE", "token")  # the head enforces the token in ~/.ray/auth_token
-    os.environ.update(SINGLE_MACHINE_ENV)  # the head listens on 127.0.0.1 only
     ray.init(address=gcs_address, log_to_driver=False)
     try:
         t0 = time.perf_counter()
