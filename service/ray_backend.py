@@ -13,6 +13,7 @@ caller waits for the cluster instead of blaming the job.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class RayBackend:
         if self._client is None:
             from ray.job_submission import JobSubmissionClient
 
+            # Ray's job client logs every closed log tail at INFO; a tail closes as each job ends.
+            logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
             timeout_s = self.timeout_s
 
             class _TimedClient(JobSubmissionClient):
