@@ -68,20 +68,37 @@ class Package:
         self.path.unlink(missing_ok=True)
 
 
+class BiggestFiles:
+    """The few biggest files seen, so a refusal over a cap can say what to leave out."""
+
+    def __init__(self, keep: int = 3):
+        self.keep = keep
+        self._heap: list[tuple[int, str]] = []
+
+    def add(self, size: int, path: str) -> None:
+        heapq.heappush(self._heap, (size, path))
+        if len(self._heap) > self.keep:
+            heapq.heappop(self._heap)
+
+    def largest(self) -> list[tuple[int, str]]:
+        return sorted(self._heap, reverse=True)
+
+    def text(self) -> str:
+        return biggest_files(self.largest())
+
+
 class _Caps:
     """Files and bytes against the caps; the biggest files seen, for the message."""
 
     def __init__(self, max_bytes: int, max_files: int, root: Path):
         self.max_bytes, self.max_files, self.root = max_bytes, max_files, root
         self.files = self.bytes = 0
-        self.biggest: list[tuple[int, str]] = []
+        self.biggest = BiggestFiles()
 
     def add(self, rel: str, size: int) -> None:
         self.files += 1
         self.bytes += size
-        heapq.heappush(self.biggest, (size, rel))
-        if len(self.biggest) > 3:
-            heapq.heappop(self.biggest)
+        self.biggest.add(size, rel)
         if self.files > self.max_files:
             self._refuse(f"more than {self.max_files} files (RAYDOCK_CODE_MAX_FILES)", "max_files")
         if self.bytes > self.max_bytes:
@@ -89,15 +106,20 @@ class _Caps:
 
     def _refuse(self, over: str, cap: str) -> None:
         raise CodeTooLarge(
-            f"The code in {self.root} holds {over}; the biggest files: {biggest_files(self.biggest)}. Leave out what "
+            f"The code in {self.root} holds {over}; the biggest files: {self.biggest.text()}. Leave out what "
             "the job does not need (a .gitignore or .rayignore file, runtime_env.excludes), or ask the operator to "
             "raise the cap.",
-            details=[{"cap": cap, "biggest": [{"path": p, "bytes": n} for n, p in sorted(self.biggest, reverse=True)]}],
+            details=[{"cap": cap, "biggest": [{"path": p, "bytes": n} for n, p in self.biggest.largest()]}],
         )  # fmt: skip
 
 
 def biggest_files(biggest: list[tuple[int, str]]) -> str:
-    return ", ".join(f"{p} ({n / 2**20:.1f} MiB)" for n, p in sorted(biggest, reverse=True)) or "none"
+    """``path (size), ...`` biggest first."""
+    return ", ".join(f"{p} ({file_size(n)})" for n, p in sorted(biggest, reverse=True)) or "none"
+
+
+def file_size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
 
 def package_files(root: Path, excludes: list[str] | None = None, *, threshold: int = DATA_FILE_THRESHOLD) -> tuple[list[tuple[str, Path]], list[tuple[str, int]]]:

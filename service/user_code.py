@@ -20,7 +20,6 @@ Error codes (all 422): ``runtime_env_key_not_allowed``, ``runtime_env_invalid``,
 
 from __future__ import annotations
 
-import heapq
 import os
 import re
 import sys
@@ -36,6 +35,7 @@ from importlib.machinery import (
 from pathlib import Path
 from typing import Any, Callable
 
+from api.code_package import BiggestFiles
 from api.errors import InvalidSpec
 from api.schemas import JobSpec
 from service.ignore_rules import compile_patterns
@@ -234,28 +234,19 @@ class _Budget:
     def __init__(self, settings: Settings):
         self.max_entries, self.max_bytes = settings.code_max_files, settings.code_max_bytes
         self.entries = self.size = 0
-        self.biggest: list[tuple[int, str]] = []
+        self.biggest = BiggestFiles()
 
     def add(self, path: Path, size: int | None) -> str | None:
         """Count one entry (``size`` None: a directory); what cap it broke, if any."""
         self.entries += 1
         if size is not None:
             self.size += size
-            heapq.heappush(self.biggest, (size, str(path)))
-            if len(self.biggest) > 3:
-                heapq.heappop(self.biggest)
+            self.biggest.add(size, str(path))
         if self.entries > self.max_entries:
             return f"more than {self.max_entries} files and directories (RAYDOCK_CODE_MAX_FILES)"
         if self.size > self.max_bytes:
             return f"more than {self.max_bytes / 2**20:.0f} MiB (RAYDOCK_CODE_MAX_BYTES)"
         return None
-
-    def top_files(self) -> str:
-        return ", ".join(f"{p} ({_size(n)})" for n, p in sorted(self.biggest, reverse=True)) or "none"
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
 
 def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Settings, budget: _Budget) -> None:
@@ -292,7 +283,7 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
         if over := budget.add(path.relative_to(top.parent), size):
             raise _refuse(
                 f"The job's code ({field} {str(top)!r} and any other paths it ships) holds {over}; the biggest files "
-                f"seen: {budget.top_files()}. Leave out what the job does not need (runtime_env.excludes, a "
+                f"seen: {budget.biggest.text()}. Leave out what the job does not need (runtime_env.excludes, a "
                 ".rayignore file), or ask the operator to raise the cap.",
                 "code_too_large", loc, "over the cap",
             )  # fmt: skip
