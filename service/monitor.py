@@ -233,11 +233,10 @@ class Monitor:
             for job_id, spec in untyped:
                 parsed = _spec(job_id, spec)
                 if parsed is None:
-                    unreadable.append(job_id)
+                    unreadable.append(_unreadable(job_id))
                 else:
                     w.execute(update(JobRow).where(JobRow.id == job_id).values(**queue.typed_columns(parsed)))
-        if unreadable:
-            self._fail_unreadable(unreadable)
+        self._fail_queued(unreadable)
 
     def _refusals(self, job_ids: list[str], max_cpus: float, max_gpus: float, has_autoscaler: bool) -> list[admission.Failure]:
         """Why each of these jobs can never fit (their specs read once, as they fail)."""
@@ -247,13 +246,14 @@ class Monitor:
         for job_id, spec in specs.items():
             parsed = _spec(job_id, spec)
             if parsed is None:
-                unreadable = "the stored job spec no longer validates"
-                out.append(admission.Failure(job_id, FailureCause.INFRASTRUCTURE, unreadable, unreadable))
+                out.append(_unreadable(job_id))
             elif (refusal := admission.capacity_refusal(parsed, max_cpus, max_gpus, has_autoscaler)) is not None:
                 out.append(admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
         return out
 
     def _fail_queued(self, failures: list[admission.Failure]) -> None:
+        """Fail these jobs if they are still waiting (a record this server cannot read,
+        e.g. stored by another version, fails alone; the rest of the queue goes on)."""
         if not failures:
             return
         with self.sessions.begin() as s:
@@ -261,15 +261,6 @@ class Monitor:
                 job = s.get(JobRow, f.job_id)
                 if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
                     lifecycle.fail(s, job, f.cause, f.error, reason=f.reason)
-
-    def _fail_unreadable(self, job_ids: list[str]) -> None:
-        # A record this server cannot read (e.g. stored by another version) fails alone;
-        # the rest of the queue goes on.
-        with self.sessions.begin() as s:
-            for job_id in job_ids:
-                job = s.get(JobRow, job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
-                    lifecycle.fail(s, job, FailureCause.INFRASTRUCTURE, reason="the stored job spec no longer validates")
 
     def _dispatch(self, job_id: str) -> None:
         with self._submit_lock:
@@ -340,6 +331,11 @@ class Monitor:
             timeout = {"failure_cause": FailureCause.TIMEOUT.value, "error": error}  # written with the move, or not at all
             lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s", also=timeout)
         return True
+
+
+def _unreadable(job_id: str) -> admission.Failure:
+    why = "the stored job spec no longer validates"
+    return admission.Failure(job_id, FailureCause.INFRASTRUCTURE, why, why)
 
 
 def _spec(job_id: str, spec: dict) -> JobSpec | None:
