@@ -208,6 +208,10 @@ class CodeStore:
         return gone
 
 
+def _biggest(infos: list[zipfile.ZipInfo]) -> str:
+    return biggest_files(heapq.nlargest(3, ((i.file_size, i.filename) for i in infos)))
+
+
 def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
     """Files and uncompressed bytes of a package, once it is known safe to unpack: a
     zip whose every entry is a plain file under ``code/`` (no absolute path, no ``..``,
@@ -218,10 +222,9 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             if len(infos) > settings.code_max_files:
-                biggest = heapq.nlargest(3, ((i.file_size, i.filename) for i in infos))
                 raise CodeTooLarge(
                     f"The package holds {len(infos)} files, more than {settings.code_max_files} "
-                    f"(RAYDOCK_CODE_MAX_FILES); the biggest: {biggest_files(biggest)}. Leave out what the job does not need.",
+                    f"(RAYDOCK_CODE_MAX_FILES); the biggest: {_biggest(infos)}. Leave out what the job does not need.",
                     status=422, details=[{"cap": "max_files"}],
                 )  # fmt: skip
             seen: set[str] = set()
@@ -229,10 +232,9 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
                 _check_entry(info, seen)
             declared = sum(i.file_size for i in infos)
             if declared > settings.code_max_bytes:
-                biggest = heapq.nlargest(3, ((i.file_size, i.filename) for i in infos))
                 raise CodeTooLarge(
                     f"The package unpacks to {declared} bytes, more than {settings.code_max_bytes} (RAYDOCK_CODE_MAX_BYTES); "
-                    f"the biggest files: {biggest_files(biggest)}. Leave out what the job does not need.",
+                    f"the biggest files: {_biggest(infos)}. Leave out what the job does not need.",
                     details=[{"cap": "max_bytes"}],
                 )  # fmt: skip
             for info in infos:
