@@ -28,12 +28,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from api.schemas import CODE_REF_PREFIX, FailureCause, JobStatus, parse_job_spec
+from api.errors import InvalidSpec
+from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import lifecycle, storage
 from service.ingest import new_events_token
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow
+from service.user_code import check_user_code
 
 log = logging.getLogger("raydock.attempts")
 
@@ -134,6 +136,8 @@ class Attempts:
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
         spec = parse_job_spec(spec_json)
+        if not self._code_still_allowed(job_id, spec):
+            return None
         runtime_env = dict(spec.runtime_env or {})
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
         if spec.working_dir:
@@ -141,6 +145,24 @@ class Attempts:
         elif spec.is_user_code and spec.code:  # an uploaded package: Ray fetches and unpacks it on each node
             runtime_env["working_dir"] = self.service.code.fetch_uri(spec.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
+
+    def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
+        """Ray zips a server path again when it starts the job, so the tree is checked
+        again here: a link or a file added under it since the submit fails the job
+        (USER_CODE, with the policy's message) instead of being shipped."""
+        if not spec.is_user_code or spec.code:  # an uploaded package cannot change
+            return True
+        try:
+            check_user_code(spec, self.settings)
+        except InvalidSpec as exc:
+            with self.sessions.begin() as s:
+                job = s.get(JobRow, job_id)
+                if job is not None and job.status == JobStatus.QUEUED.value:
+                    lifecycle.fail(
+                        s, job, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", reason="the job's code changed since the submit"
+                    )  # fmt: skip
+            return False
+        return True
 
     def _launch(self, job_id: str, attempt: int, spec: dict, token: str) -> dict:
         return {

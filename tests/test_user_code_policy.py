@@ -14,9 +14,14 @@ import httpx
 import pytest
 
 from api.errors import InvalidSpec
-from api.schemas import parse_job_spec
+from api.schemas import FailureCause, JobStatus, parse_job_spec
+from service.attempts import Attempts
+from service.jobs import JobService
+from service.ray_backend import RayBackend
 from service.settings import Settings
+from service.store import make_engine, make_sessionmaker
 from service.user_code import check_user_code, locate
+from tests.jobstore import dead_ray
 from tests.servers import ServerProcess
 
 MAX_FILES, MAX_BYTES = 40, 64 * 1024
@@ -168,3 +173,24 @@ def test_what_ray_leaves_out_goes_unchecked_and_nothing_more(tmp_path):
         check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
     assert refused.value.code == "code_link_outside_root"
     assert ".venv/bin/python" in refused.value.message
+
+
+def test_code_changed_after_submit_fails_before_ray_sees_it(tmp_path):
+    """Ray zips a server path when the job starts, not when it is submitted: a link out
+    of the root planted in between fails the job with the policy's message, and no
+    submission id is left for Ray to start."""
+    root = tmp_path / "code"
+    make_code_root(root)
+    address = dead_ray()
+    settings = Settings(data_dir=tmp_path / "data", code_root=str(root), ray_address=address)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    service = JobService(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
+    attempts = Attempts(service, store_id="policy")
+    kept, changed = (service.submit(parse_job_spec(spec(root)))[0].id for _ in range(2))
+    assert attempts.prepare(kept) is not None  # unchanged code: the attempt goes ahead
+
+    (root / "app" / "leak").symlink_to(root.parent / "outside.txt")
+    assert attempts.prepare(changed) is None
+    job = service.get(changed)
+    assert job.status == JobStatus.FAILED and job.failure_cause == FailureCause.USER_CODE
+    assert job.error.startswith("code_link_outside_root:") and "app/leak" in job.error
