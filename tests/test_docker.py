@@ -566,6 +566,14 @@ def test_cluster_config_content():
     assert "RAYDOCK_PUBLIC_URL=" in head_start
     worker_start = " ".join(config["worker_start_ray_commands"])
     assert "--address=$RAY_HEAD_IP:6379" in worker_start
+    # Token auth on every node and for the API: each command that starts Ray or the
+    # server sets the mode and the mounted token file first.
+    token = next(remote for remote, local in config["file_mounts"].items() if local.endswith("ray_cluster_token"))
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c or "raydock serve" in c]
+    assert len(starts) == 3
+    for command in starts:
+        assert command.index("RAY_AUTH_MODE=token") < command.index("ray start" if "ray start" in command else "raydock serve")
+        assert f'RAY_AUTH_TOKEN_PATH="$HOME/{token.removeprefix("~/")}"' in command
 
 
 def test_fake_cluster_config():
