@@ -28,7 +28,7 @@ from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_cod
 from api.errors import RaydockError, error_from_body
 from api.schemas import CodePackagePublic
 from api.schemas import MAX_CANCEL_IDS, CancelledJobs, CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
-from api.schemas import BestTrialPublic, ExploitPublic, TrialMetricPoint, TrialPublic
+from api.schemas import BestTrialPublic, ExploitPublic, TrainSpec, TrialMetricPoint, TrialPublic
 
 
 DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
@@ -127,6 +127,11 @@ class Client:
             out.cancelled += page.cancelled
             out.refused += page.refused
         return out
+
+    def replay(self, job_id: str) -> TrainSpec:
+        """A finished search's best trial as a ``kind: train`` spec with the ``schedule`` of
+        values it trained with (PBT's lineage); ``client.submit(spec)`` reproduces the trial."""
+        return TrainSpec.model_validate(self.request("GET", f"/v1/jobs/{job_id}/best/replay").json())
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())

@@ -52,6 +52,11 @@ BAD_SPECS = [
     ("schedule at a step past the cap", digits_spec(schedule={
         "unit": "step", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}, {"at": 10**9, "values": {"optimizer.lr": 0.01}}],
     }), "schedule.intervals.1.at"),
+    ("search whose base has a schedule", tune_spec(base=digits_spec(epochs=2, schedule={
+        "unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}, {"at": 1, "values": {"optimizer.lr": 0.01}}],
+    })), "base.schedule: a search sets the optimizer values of its trials itself"),
+    ("search over the schedule", tune_spec(search_space={"schedule.unit": {"type": "choice", "values": ["epoch", "step"]}}),
+     "search_space.schedule.unit: cannot be searched: a search sets the optimizer values itself"),
 ]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from api.errors import Conflict
+from api.client import Client
+from api.errors import Conflict, NotFound
 from api.schemas import TrainSpec, parse_job_spec
 from service.replay import Exploit, replay_spec, segments
 
@@ -80,9 +81,19 @@ def test_replay_over_rest_refuses_what_is_not_a_finished_search(server):
     http = httpx.Client(base_url=server.url, timeout=30)
     missing = http.get("/v1/jobs/j000000000000/best/replay")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
+    with pytest.raises(NotFound) as excinfo:
+        Client(server.url).replay("j000000000000")
+    assert excinfo.value.code == "job_not_found"
     before = http.get("/v1/jobs").json()["total"]
     bad = digits_spec(schedule={"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": 50}}]})
     r = http.post("/v1/jobs", json=bad)
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_spec"
     assert "schedule.intervals.0.values: lr" in r.json()["error"]["message"]
+    # A search sets its trials' values itself: a base with a schedule is refused, nothing stored.
+    search_with_schedule = search().model_dump(mode="json")
+    search_with_schedule["base"]["schedule"] = {"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}]}
+    r = http.post("/v1/jobs", json=search_with_schedule)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_spec"
+    assert "base.schedule: a search sets the optimizer values" in r.json()["error"]["message"]
+    assert "remove base.schedule" in r.json()["error"]["message"]
     assert http.get("/v1/jobs").json()["total"] == before

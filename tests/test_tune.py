@@ -18,6 +18,7 @@ import yaml
 
 from api.client import Client
 from api.errors import CapacityExceeded
+from api.schemas import TrainSpec
 from service.ray_backend import ray_auth_token
 from tests.conftest import CLUSTER_CPUS, user_spec
 
@@ -109,6 +110,7 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
     assert replay.returncode == 0, replay.stderr
     spec = yaml.safe_load(replay.stdout)
     assert spec == client.request("GET", f"/v1/jobs/{job.id}/best/replay").json()
+    assert client.replay(job.id) == TrainSpec.model_validate(spec)  # the SDK's form of the same spec
     assert spec["kind"] == "train" and spec["epochs"] == 6
     schedule = spec["schedule"]
     assert schedule["unit"] == "epoch" and schedule["intervals"][0]["at"] == 0

@@ -41,7 +41,13 @@ FIXED_FIELDS = {
     "max_steps": "the trial budget; set budget.steps",
     "checkpoint": "the search checkpoints every report so PBT can clone any trial",
     "report": "a trial reports exactly when it checkpoints, so every report can be cloned",
+    "schedule": "a search sets the optimizer values itself; search optimizer.lr (or momentum, weight_decay) instead",
 }
+BASE_SCHEDULE_PROBLEM = (
+    "a search sets the optimizer values of its trials itself (the search space, PBT's perturbations), so a fixed "
+    "schedule would fight them; remove base.schedule and search optimizer.lr (or momentum, weight_decay). "
+    "A finished PBT search's best trial comes back as a schedule from GET /v1/jobs/{id}/best/replay"
+)
 # What the built-in classifiers report at every epoch (trainers/skeleton.py).
 CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
 
@@ -208,8 +214,10 @@ class TuneSpec(Strict):
 
     def _defaults_and_shape(self) -> list[tuple[str, str]]:
         problems: list[tuple[str, str]] = []
+        if self.base.schedule is not None:
+            problems.append(("base.schedule", BASE_SCHEDULE_PROBLEM))
         if not self.search_space:
-            return [(
+            return problems + [(
                 "search_space",
                 "the search space is empty; give at least one field to search, "
                 "e.g. {optimizer.lr: {type: loguniform, low: 0.0001, high: 0.1}}",
