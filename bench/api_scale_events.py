@@ -2,12 +2,15 @@
 with their targets.
 
     .venv/bin/python -m bench.api_scale_events             # its own server and SQLite
+    .venv/bin/python -m bench.api_scale_events --only ingest metrics --db postgres
+    .venv/bin/python -m bench.api_scale_events --only metrics --points 20000 100000 1000000
     .venv/bin/python -m bench.api_scale                    # the same rows in part of the whole table
 
 No Ray: the server points at a port where no dashboard answers; the job is put RUNNING
 in the store and its events pushed the way a driver's pusher posts them. Rows:
 metric ingestion for one job from empty and with 20k / 100k points stored; GET metrics of
-a 20k-point job (a page, and max_points=500); an empty follow poll of a 100 MB stored log
+a 20k-point job (pages) and max_points=500 of series of 20k and 100k points (``--points``
+for other lengths); an empty follow poll of a 100 MB stored log
 (time and the server's peak memory over it); a 200 MB checkpoint download (the server's
 peak memory over it). Series and logs are seeded straight into the store for speed.
 The script runs on older trees too (one event per post, whole-series reads), so the
@@ -16,6 +19,7 @@ same command measures before and after a change.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import os
 import statistics
@@ -75,10 +79,16 @@ class Bench:
             s.execute(update(JobRow).where(JobRow.id == job_id).values(**{k: v for k, v in values.items() if k in names}))
 
     def seed_metrics(self, job_id: str, n: int) -> None:
+        try:  # what ingestion maintains beside the rows, on trees that have it
+            from service import rollups  # type: ignore[attr-defined]
+        except ImportError:
+            rollups = None
         with self.service.sessions.begin() as s:
-            for start in range(0, n, 5000):
-                rows = [dict(job_id=job_id, attempt=1, src_seq=i, seq=i, ts=1.0 + i, step=i, epoch=i // 1000, values=_metric(i)["metrics"]) for i in range(start, min(start + 5000, n))]
+            for start in range(0, n, 8192):
+                rows = [dict(job_id=job_id, attempt=1, src_seq=i, seq=i, ts=1.0 + i, step=i, epoch=i // 1000, values=_metric(i)["metrics"]) for i in range(start, min(start + 8192, n))]
                 s.execute(insert(MetricRow), rows)
+                if rollups is not None:
+                    rollups.add(s, job_id, rows)
         self._set(job_id, metrics_stored=n, attempt_metrics=n, attempt_metrics_of=1)
 
     def push_rate(self, job_id: str, first: int) -> str:
@@ -149,36 +159,54 @@ def _status(pid: int, key: str) -> int:
     return 0
 
 
-def rows(database_url: str | None = None) -> list[tuple[str, str, str]]:
-    """(what, figure, target) rows; its own server, on SQLite or on ``database_url``'s
-    PostgreSQL when one is given."""
+PARTS = ("ingest", "metrics", "logs", "checkpoint")
+POINTS = (20_000, 100_000)
+
+
+def rows(database_url: str | None = None, only: tuple[str, ...] = PARTS, points: tuple[int, ...] = POINTS) -> list[tuple[str, str, str]]:
+    """(what, figure, target) rows of the parts named in ``only``; its own server, on
+    SQLite or on ``database_url``'s PostgreSQL when one is given."""
     with tempfile.TemporaryDirectory(prefix="raydock-bench-events-") as tmp:
         url = database_url if database_url and not database_url.startswith("sqlite") else f"sqlite:///{tmp}/raydock.db"
         b = Bench(Path(tmp), url)
         try:
-            return _measure(b)
+            b.push_rate(b.running_job(), 0)  # warm-up: connections, imports, the first queries
+            return [row for part in only for row in MEASURES[part](b, points)]
         finally:
             b.close()
 
 
-def _measure(b: Bench) -> list[tuple[str, str, str]]:
-    out = []
+def _ingest(b: Bench, points: tuple[int, ...]) -> list[tuple[str, str, str]]:
     target = ">= 2,000 events/s, flat in the series length"
-    b.push_rate(b.running_job(), 0)  # warm-up: connections, imports, the first queries
     job = b.running_job()
-    out.append(("metric ingestion, one job, from 0 points", b.push_rate(job, 0), target))
-    for n in (20_000, 100_000):
+    out = [("metric ingestion, one job, from 0 points", b.push_rate(job, 0), target)]
+    for n in points:
         job = b.running_job()
         b.seed_metrics(job, n)
-        out.append((f"metric ingestion, one job, at {n // 1000}k points", b.push_rate(job, n), target))
+        out.append((f"metric ingestion, one job, at {n // 1000:,}k points", b.push_rate(job, n), target))
+    return out
 
+
+def _metrics(b: Bench, points: tuple[int, ...]) -> list[tuple[str, str, str]]:
     job = b.running_job()
     b.seed_metrics(job, 20_000)
     path = f"/v1/jobs/{job}/metrics"
-    out.append(("GET metrics, 20k-point job, first page (default limit)", b.timed_get(path, {}), "< 50 ms"))
-    out.append(("GET metrics, 20k-point job, a page deep in (since=15000)", b.timed_get(path, {"since": 15_000}), "< 50 ms"))
-    out.append(("GET metrics, 20k-point job, max_points=500", b.timed_get(path, {"max_points": 500}), "< 50 ms"))
+    out = [
+        ("GET metrics, 20k-point job, first page (default limit)", b.timed_get(path, {}), "< 50 ms"),
+        ("GET metrics, 20k-point job, a page deep in (since=15000)", b.timed_get(path, {"since": 15_000}), "< 50 ms"),
+    ]
+    for n in points:
+        if n != 20_000:
+            job = b.running_job()
+            b.seed_metrics(job, n)
+        path = f"/v1/jobs/{job}/metrics"
+        out.append((f"GET metrics, {n // 1000:,}k-point job, max_points=500", b.timed_get(path, {"max_points": 500}), "< 50 ms"))
+        out.append((f"GET metrics, {n // 1000:,}k-point job, since=N/3, max_points=500", b.timed_get(path, {"since": n // 3, "max_points": 500}), "< 50 ms"))
+    return out
 
+
+def _logs(b: Bench, _points: tuple[int, ...]) -> list[tuple[str, str, str]]:
+    out = []
     job = b.running_job()
     end = b.seed_log(job, LOG_MB)
     polls: list[float] = []
@@ -192,7 +220,11 @@ def _measure(b: Bench) -> list[tuple[str, str, str]]:
 
     _, mib = b.peak_rss(poll)
     out.append((f"empty follow poll, {LOG_MB} MB stored log", f"p50 {statistics.median(polls) * 1000:,.1f} ms, server peak +{mib:,.0f} MiB", "independent of log size"))
+    return out
 
+
+def _checkpoint(b: Bench, _points: tuple[int, ...]) -> list[tuple[str, str, str]]:
+    out = []
     job = b.running_job()
     cid = b.seed_checkpoint(job, CKPT_MB)
 
@@ -208,10 +240,31 @@ def _measure(b: Bench) -> list[tuple[str, str, str]]:
     return out
 
 
+MEASURES = {"ingest": _ingest, "metrics": _metrics, "logs": _logs, "checkpoint": _checkpoint}
+
+
 def main() -> None:
-    print(f"{'what':<58} {'figure':<50} target")
-    for what, figure, target in rows():
-        print(f"{what:<58} {figure:<50} {target}", flush=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="the rows to measure")
+    ap.add_argument("--points", type=int, nargs="+", default=list(POINTS), help="series lengths of the ingestion and max_points rows")
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    args = ap.parse_args()
+    pg = None
+    if args.db == "postgres":
+        from tests.databases import PostgresServer
+
+        pg = PostgresServer()
+        pg.start()
+    try:
+        url = pg.url(pg.create_database()) if pg else None
+        print(f"{args.db}; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores)")
+        print(f"{'what':<58} {'figure':<50} target")
+        for what, figure, target in rows(url, tuple(args.only), tuple(args.points)):
+            print(f"{what:<58} {figure:<50} {target}", flush=True)
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        if pg is not None:
+            pg.stop()
 
 
 if __name__ == "__main__":

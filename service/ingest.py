@@ -13,8 +13,9 @@ and stored once.
 Both channels hand over many events at once (a log read, a pushed batch), taken in one
 transaction: the keys a batch already has are read with one indexed query per table,
 sequence numbers come from per-job counters on the job row (never from counting a
-series), and new metric rows are inserted together, so the cost of an event does not
-grow with the length of its job's series.
+series), and new metric rows are inserted together, with the rollup blocks they fall in
+(``service/rollups.py``), so the cost of an event does not grow with the length of its
+job's series.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from api.schemas.events import (
     WorkerGroupEvent,
     parse_event,
 )
-from service import lifecycle, logs, storage
+from service import lifecycle, logs, rollups, storage
 from service.store import (
     CheckpointRow,
     EventKey,
@@ -134,6 +135,7 @@ class _Batch:
     def flush(self) -> None:
         if self.metrics:
             self.s.execute(insert(MetricRow), self.metrics)
+            rollups.add(self.s, self.job.id, self.metrics)  # the blocks a downsampled series reads
             self.metrics = []
 
 

@@ -1,21 +1,24 @@
 """Reading a job's metric series: pages in seq order, and a downsampled series for charts.
 
 A page is one indexed range query on ``(job_id, seq)``. A downsampled series keeps the
-first report, the last, and for each bucket of consecutive reports between them the
-bucket's last report with each numeric metric's min and max over the bucket, so a chart
-drawn from ``max_points`` points keeps the series' shape and every extreme. The buckets
-are aggregated by the database (its JSON functions), so only the points sent are decoded.
+first report alone, then splits the rest into buckets of consecutive reports, each sent as
+its last report with its count, first seq and each numeric metric's min and max, so a chart
+drawn from ``max_points`` points keeps the series' shape and every extreme. Buckets are
+aligned to the blocks ``service/rollups.py`` keeps (their width is a multiple of one
+block size, at most 1.5 times the narrowest width that fits), so a bucket's extremes are
+read from a few block rows rather than from every report: the cost follows ``max_points``,
+not the series' length. Seqs are gap-free, so a bucket's bounds and count are arithmetic.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from api.schemas import MetricPoint
+from service import rollups
 from service.store import MetricRow
 
 PAGE_DEFAULT = 1000
@@ -37,62 +40,77 @@ def page(s: Session, job_id: str, since: int, limit: int) -> tuple[list[MetricPo
     return [_point(r) for r in rows[:limit]], len(rows) > limit
 
 
+def layout(lo: int, hi: int, max_points: int) -> tuple[int, int]:
+    """(width, level) of the buckets for reports ``lo..hi`` (``lo`` alone, the rest in
+    buckets ``seq // width``): the widest rollup level whose blocks tile buckets at most
+    1.5 times the narrowest width that fits in ``max_points``; level 0 (single reports)
+    when even level 1 blocks are wider than that."""
+    buckets = max_points - 1
+    least = hi + 1 if buckets == 1 else -(-(hi - lo) // (buckets - 1))
+    for level in range(rollups.LEVELS, 0, -1):
+        size = 1 << rollups.shift(level)
+        width = -(-least // size) * size
+        if size <= least and (2 * width <= 3 * least or level == 1):
+            return width, level
+    return least, 0
+
+
 def downsample(s: Session, job_id: str, since: int, max_points: int, until: int | None = None) -> list[MetricPoint]:
-    """Reports with since < seq <= until (all after since when until is None) in at most ``max_points`` points: the first report alone,
-    then buckets of equal seq ranges, each as its last report with the bucket's min and
-    max per numeric metric. On SQLite and PostgreSQL the buckets are computed in SQL
-    (the JSON of every report is read by the database, not decoded here)."""
+    """Reports with since < seq <= until (all after since when until is None) in at most
+    ``max_points`` points: the first report alone, then aligned buckets (``layout``), each as
+    its last report with the bucket's count, first seq, and min and max per numeric metric."""
     since, until = min(since, SEQ_MAX), SEQ_MAX if until is None else min(until, SEQ_MAX)
-    ends = s.execute(select(func.min(MetricRow.seq), func.max(MetricRow.seq)).where(MetricRow.job_id == job_id, MetricRow.seq > since, MetricRow.seq <= until)).one()
-    lo, hi = ends
+    # Two index probes (a min and a max in one query scan the range on SQLite).
+    window = select(MetricRow.seq).where(MetricRow.job_id == job_id, MetricRow.seq > since, MetricRow.seq <= until).limit(1)
+    lo, hi = s.scalar(window.order_by(MetricRow.seq)), s.scalar(window.order_by(MetricRow.seq.desc()))
     if lo is None or hi - lo + 1 <= max_points:
         return page(s, job_id, since, min(max_points, until - since))[0]
     dialect = s.get_bind().dialect.name
-    if dialect not in _EXTREMES:
+    if not rollups.supported(s) or dialect not in _SINGLES:
         return _downsample_here(s, job_id, since, max_points, hi)
-    params = {"job": job_id, "lo": lo, "hi": hi, "b": max_points - 1, "span": hi - lo}
-    buckets = s.execute(text(_BUCKETS), params).all()
-    low: dict[int, dict[str, float]] = {}
-    high: dict[int, dict[str, float]] = {}
-    for b, key, mn, mx in s.execute(text(_EXTREMES[dialect]), params):
-        low.setdefault(b, {})[key], high.setdefault(b, {})[key] = mn, mx
-    last = {r.seq: r for r in s.execute(select(*_COLUMNS).where(MetricRow.job_id == job_id, MetricRow.seq.in_([lo] + [b.last for b in buckets])))}
-    out = [_point(last[lo])]
-    for b in buckets:
-        out.append(_point(last[b.last], points=b.n, first_seq=b.first, metrics_min=low.get(b.b, {}), metrics_max=high.get(b.b, {})))
+    width, level = layout(lo, hi, max_points)
+    pieces, singles = rollups.cover(lo + 1, hi, level)
+    extremes = rollups.extremes_by_bucket(s, job_id, pieces, width)
+    for a, e in singles:
+        for b, key, mn, mx in s.execute(text(_SINGLES[dialect]), {"job": job_id, "a": a, "e": e, "w": width}):
+            rollups.merge(extremes, b, key, mn, mx)
+    buckets = range((lo + 1) // width, hi // width + 1)
+    lasts = [min((b + 1) * width - 1, hi) for b in buckets]
+    rows = {r.seq: r for r in s.execute(select(*_COLUMNS).where(MetricRow.job_id == job_id, MetricRow.seq.in_([lo, *lasts])))}
+    out = [_point(rows[lo])]
+    for b, last in zip(buckets, lasts):
+        first, found = max(b * width, lo + 1), extremes.get(b, {})
+        low, high = {k: mm[0] for k, mm in found.items()}, {k: mm[1] for k, mm in found.items()}
+        out.append(_point(rows[last], points=last - first + 1, first_seq=first, metrics_min=low, metrics_max=high))
     return out
 
 
-# The bucket of a report after the first one (seq lo): equal seq ranges over (lo, lo + span].
-_BUCKET = "((m.seq - :lo - 1) * :b) / :span"
-_BUCKETS = f"""SELECT {_BUCKET} AS b, min(m.seq) AS first, max(m.seq) AS last, count(*) AS n
-FROM metrics m WHERE m.job_id = :job AND m.seq > :lo AND m.seq <= :hi GROUP BY b ORDER BY b"""
-_EXTREMES = {
-    "sqlite": f"""SELECT {_BUCKET} AS b, j.key, min(j.value), max(j.value)
+# Extremes of single reports a..e by bucket, from their JSON (the ends of a range, or all
+# of a short one).
+_SINGLES = {
+    "sqlite": """SELECT m.seq / :w AS b, j.key, min(j.value), max(j.value)
 FROM metrics m, json_each(m."values") j
-WHERE m.job_id = :job AND m.seq > :lo AND m.seq <= :hi AND j.type IN ('integer', 'real') GROUP BY b, j.key""",
-    "postgresql": f"""SELECT {_BUCKET} AS b, j.key, min((j.value::text)::float8), max((j.value::text)::float8)
+WHERE m.job_id = :job AND m.seq BETWEEN :a AND :e AND j.type IN ('integer', 'real') GROUP BY b, j.key""",
+    "postgresql": """SELECT m.seq / :w AS b, j.key, min((j.value::text)::float8), max((j.value::text)::float8)
 FROM metrics m, json_each(m."values"::json) j
-WHERE m.job_id = :job AND m.seq > :lo AND m.seq <= :hi AND json_typeof(j.value) = 'number' GROUP BY b, j.key""",
+WHERE m.job_id = :job AND m.seq BETWEEN :a AND :e AND json_typeof(j.value) = 'number' GROUP BY b, j.key""",
 }
 
 
 def _downsample_here(s: Session, job_id: str, since: int, max_points: int, until: int) -> list[MetricPoint]:
-    """The same buckets computed in Python, for other databases."""
+    """The same buckets computed in Python from every report, for other databases."""
     q = select(*_COLUMNS).where(MetricRow.job_id == job_id, MetricRow.seq > since, MetricRow.seq <= until)
     rows = s.execute(q.order_by(MetricRow.seq)).all()
-    lo, span, b = rows[0].seq, rows[-1].seq - rows[0].seq, max_points - 1
+    width, _ = layout(rows[0].seq, rows[-1].seq, max_points)
     out = [_point(rows[0])]
     groups: dict[int, list[Any]] = {}
     for r in rows[1:]:
-        groups.setdefault((r.seq - lo - 1) * b // span, []).append(r)
+        groups.setdefault(r.seq // width, []).append(r)
     for bucket in groups.values():
         low: dict[str, float] = {}
         high: dict[str, float] = {}
         for r in bucket:
-            for key, value in r.values.items():
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    continue
+            for key, value in rollups.numbers(r.values):
                 if key not in low or value < low[key]:
                     low[key] = value
                 if key not in high or value > high[key]:

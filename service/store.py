@@ -174,6 +174,21 @@ class MetricRow(EventKey, Base):
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class MetricRollupRow(Base):
+    """Each numeric metric's min and max over an aligned block of a job's reports, kept by
+    ingestion for the downsampled series (``service/rollups.py``)."""
+
+    __tablename__ = "metric_rollups"
+    __table_args__ = {"sqlite_with_rowid": False}  # rows kept in key order: a range of blocks is one sequential read
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True)  # block size: service/rollups.py
+    block: Mapped[int] = mapped_column(Integer, primary_key=True)  # seq // block size
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    vmin: Mapped[float] = mapped_column(Float)
+    vmax: Mapped[float] = mapped_column(Float)
+
+
 class WorkerGroupRow(EventKey, Base):
     """One start of a job's Train worker group: first start, resize, restart."""
 

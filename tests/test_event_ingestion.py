@@ -103,6 +103,37 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     assert (window[0].seq, window[-1].seq, sum(p.points for p in window)) == (1000, 1999, 1000)
 
 
+def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_report(running):
+    """Blocks kept at ingestion, over batches of any size and both channels, give the same
+    points as buckets made from every stored report, for any window and max_points (the
+    widths chosen reach three block levels, the ends single reports and smaller blocks)."""
+    service, job_id = running
+    rng = random.Random(1)
+    n = 3000
+    events = [metric(i, acc=rng.uniform(-1, 1), flag=i % 7 == 0, note="x", big=rng.randint(-(10**6), 10**6)) for i in range(n)]
+    events[2222]["metrics"]["acc"] = 9.0  # an extreme inside a wide block
+    at = log_at = 0
+    while at < n:  # batches of 1 to 300 events, some from the log channel
+        size = rng.choice((1, 2, 17, 300))
+        if rng.random() < 0.2:
+            log_at += service.events.log(job_id, log_text(events[at : at + size]), log_at, final=True)
+        else:
+            service.ingest(job_id, events[at : at + size], push=True)
+        at += size
+    assert stored(service, job_id)[-1][0] == n - 1
+    windows = [(-1, None, 2), (-1, None, 3), (-1, None, 5), (-1, None, 40), (-1, None, 500), (17, None, 4), (999, 1999, 10)]
+    windows += [(rng.randrange(-1, n - 100), None, rng.randrange(2, 60)) for _ in range(12)]
+    windows += [(a, a + rng.randrange(100, 2000), rng.randrange(2, 30)) for a in (rng.randrange(0, n - 2000) for _ in range(8))]
+    with service.sessions() as s:
+        for since, until, max_points in windows:
+            points = series.downsample(s, job_id, since, max_points, until)
+            last = min(n - 1, until if until is not None else n - 1)
+            assert points == series._downsample_here(s, job_id, since, max_points, last), (since, until, max_points)
+            assert len(points) <= max_points and sum(p.points for p in points) == last - since
+    whole = service.metrics_downsampled(job_id, -1, 3)
+    assert max(p.metrics_max["acc"] for p in whole[1:]) == 9.0 and "flag" not in whole[1].metrics_max
+
+
 def test_a_capped_log_keeps_head_and_tail_says_what_it_dropped_and_takes_in_every_event(running):
     service, job_id = running
     cap = 256 * 1024

@@ -52,3 +52,44 @@ def test_upgrade_keeps_running_jobs_tokens_valid_and_stores_them_hashed(tmp_path
     assert row == (hashlib.sha256(b"the-token").hexdigest(), 0)
     assert "events_token" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
     assert stat.S_IMODE(os.stat(tmp_path / "old.db").st_mode) == 0o600
+
+
+def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(tmp_path):
+    import json
+
+    from sqlalchemy import create_engine, text
+
+    from service import series
+    from service.store import make_sessionmaker
+
+    url = f"sqlite:///{tmp_path / 'series.db'}"
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+    old = create_engine(url)
+    n = 9000  # more than one chunk of the backfill
+    with old.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0003")  # the schema before rollups
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, name, kind, status, labels, spec, created_at, attempt, log_offset, priority, restarts, metrics_stored)"
+                f" VALUES ('j1', 'n', 'train', 'SUCCEEDED', '{{}}', '{{}}', '2026-01-01', 1, 0, 0, '[]', {n})"
+            )
+        )
+        rows = [
+            {"seq": i, "ts": float(i), "values": json.dumps({"loss": ((i * 7919) % 1000) / 7.0, "step": i, "tag": "x", "ok": True})}
+            for i in range(n)
+        ]
+        conn.execute(text("INSERT INTO metrics (job_id, attempt, src_seq, seq, ts, \"values\") VALUES ('j1', 1, :seq, :seq, :ts, :values)"), rows)
+    old.dispose()
+
+    engine = make_engine(url)  # upgrades to the newest revision, rolling up the stored series
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM metric_rollups WHERE job_id = 'j1'")).scalar() > n // 16
+    with make_sessionmaker(engine)() as s:
+        for since, max_points in ((-1, 2), (-1, 7), (-1, 300), (4321, 40)):
+            assert series.downsample(s, "j1", since, max_points) == series._downsample_here(s, "j1", since, max_points, n - 1)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    assert "metric_rollups" not in inspect(engine).get_table_names()
