@@ -32,7 +32,8 @@ def gc(
             "[red]error:[/red] no retention policy: set RAYDOCK_RETENTION_DAYS / RAYDOCK_RETENTION_MAX_FINISHED, or pass --days / --max-finished"
         )
         raise typer.Exit(1)
-    retention = Retention(make_sessionmaker(make_engine(settings.resolved_database_url)), settings.resolved_storage_path, policy)
+    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    retention = Retention(sessions, settings.resolved_storage_path, policy, ray=_cluster(settings))
     doomed, total = retention.due(limit=show)
     table = Table("ID", "NAME", "STATUS", "FINISHED")
     for d in doomed:
@@ -42,3 +43,19 @@ def gc(
         console.print(f"would delete {total} finished job(s) ({policy}); {len(doomed)} listed")
         return
     console.print(f"deleted {retention.sweep()} finished job(s) ({policy})")
+    records = retention.ray_records
+    if records.unreachable:
+        console.print("the cluster did not answer: Ray's records of their Ray jobs stay until a sweep reaches it")
+    elif records.deleted or records.left:
+        console.print(f"deleted Ray's records of {records.deleted} Ray job(s); {records.left} left for the next sweep")
+
+
+def _cluster(settings):
+    """The server's cluster (RAY_ADDRESS, or the local head it started), if there is one:
+    Ray's records of the deleted jobs go with them (a head that is gone took them along)."""
+    from service.local_cluster import find_head
+    from service.ray_backend import RayBackend
+
+    head = None if settings.ray_address else find_head(settings.data_dir / "ray")
+    address = settings.ray_address or (head.dashboard_url if head else None)
+    return RayBackend(address, auth_token=head.auth_token() if head else None, timeout_s=5) if address else None

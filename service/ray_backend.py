@@ -177,12 +177,15 @@ class RayBackend:
                 if "does not exist" not in str(exc) and "404" not in str(exc):
                     raise
 
-    def delete(self, submission_id: str) -> None:
+    def delete(self, submission_id: str) -> bool:
+        """Delete Ray's record of an ended Ray job; False when Ray keeps it (still stopping)."""
         with self._calling("a delete"):
             try:
-                self.jobs.delete_job(submission_id)
-            except RuntimeError:
-                pass  # gone already, or still stopping: nothing of ours depends on it
+                return bool(self.jobs.delete_job(submission_id))
+            except RuntimeError as exc:
+                if any(s in str(exc) for s in UNREACHABLE_STATUS):
+                    raise  # a proxy's answer for a dashboard that is down
+                return "does not exist" in str(exc) or "404" in str(exc)  # gone already: nothing to keep
 
     # ------------------------------------------------------------------ cluster
 

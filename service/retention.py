@@ -7,6 +7,13 @@ batches, so requests and the monitor never wait on it for long; ``raydock gc`` r
 same sweep by hand, or only lists what it would delete (``--dry-run``). A job that is not
 finished is never deleted: the DELETE itself says ``status IN (finished)``, so a job
 resumed after it was picked stays, and only the prefixes of rows really deleted go.
+
+Ray keeps a record of every Ray job (one per attempt) until it is deleted. After the rows,
+each sweep deletes the records of this store's Ray jobs (their ``raydock_store`` metadata)
+whose raydock job is no longer in the store: those of the jobs just deleted, of any
+attempt, and any left by an earlier sweep or a ``DELETE /v1/jobs/{id}`` while the cluster
+did not answer. A cluster that does not answer never holds up the rows: its records wait
+for the next sweep, and the outage is logged once.
 """
 
 from __future__ import annotations
@@ -22,14 +29,16 @@ from sqlalchemy.orm import sessionmaker
 
 from api.schemas import JobStatus
 from service import storage
+from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
-from service.store import JobRow, aware, utcnow
+from service.store import JobRow, aware, store_id, utcnow
 
 log = logging.getLogger("raydock.retention")
 
 FINISHED = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
 BATCH = 200
 PAUSE_S = 0.05  # between batches: other writers get the database
+RAY_DELETES = 1000  # Ray job records deleted per sweep at most (one call each); the rest next sweep
 
 
 @dataclass(frozen=True)
@@ -62,9 +71,22 @@ class Doomed:
     finished_at: datetime
 
 
+@dataclass(frozen=True)
+class RayRecords:
+    """What a sweep did with the Ray records of jobs gone from the store."""
+
+    deleted: int = 0
+    left: int = 0  # still there: past RAY_DELETES, or Ray would not delete them yet
+    unreachable: bool = False  # the cluster did not answer: none were looked at
+
+
 class Retention:
-    def __init__(self, sessions: sessionmaker, storage_path: str, policy: Policy, interval_s: float = 60.0):
+    def __init__(self, sessions: sessionmaker, storage_path: str, policy: Policy, interval_s: float = 60.0, ray: RayBackend | None = None):
         self.sessions, self.storage_path, self.policy, self.interval_s = sessions, storage_path, policy, interval_s
+        self.ray = ray  # None: Ray's records are left to a sweep that has the cluster
+        self.ray_records = RayRecords()  # the last sweep's
+        self._ray_down = False
+        self._store: str | None = None
 
     def _condition(self, s, now: datetime):
         """SQL for "this finished job is past the policy", or None when nothing is."""
@@ -126,7 +148,37 @@ class Retention:
             time.sleep(PAUSE_S)
         if deleted:
             log.info("retention (%s): deleted %d finished jobs", self.policy, deleted)
+        if self.ray is not None:
+            self.ray_records = self.forget_ray_jobs()
         return deleted
+
+    def forget_ray_jobs(self) -> RayRecords:
+        """Delete Ray's records of this store's ended Ray jobs whose raydock job is gone."""
+        try:
+            ours = [j for j in self.ray.list_jobs() if j.metadata.get("raydock_store") == self._store_id() and not j.is_active]
+            kept: set[str] = set()
+            ids = sorted({j.metadata.get("raydock_job", "") for j in ours})
+            with self.sessions() as s:
+                for i in range(0, len(ids), 500):
+                    kept.update(s.scalars(select(JobRow.id).where(JobRow.id.in_(ids[i : i + 500]))))
+            orphans = [j.submission_id for j in ours if j.metadata.get("raydock_job", "") not in kept]
+            deleted = sum(self.ray.delete(sid) for sid in orphans[:RAY_DELETES])
+        except ClusterUnavailable as exc:
+            if not self._ray_down:
+                log.warning("retention: Ray's records of deleted jobs stay until the cluster answers: %s", exc)
+            self._ray_down = True
+            return RayRecords(unreachable=True)
+        if self._ray_down:
+            log.info("retention: the cluster answers again; deleting Ray's records of deleted jobs")
+        self._ray_down = False
+        if deleted:
+            log.info("retention: deleted Ray's records of %d Ray jobs of deleted jobs", deleted)
+        return RayRecords(deleted=deleted, left=len(orphans) - deleted)
+
+    def _store_id(self) -> str:
+        if self._store is None:
+            self._store = store_id(self.sessions)
+        return self._store
 
     async def run(self) -> None:
         """The background loop: a sweep every ``interval_s``."""

@@ -44,5 +44,5 @@ def build_runtime(settings: Settings) -> Runtime:
     monitor = Monitor(service)
     service.on_submit = monitor.wake
     policy = Policy.from_settings(settings)
-    retention = Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s) if policy.is_set else None
+    retention = Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s, ray=service.backend) if policy.is_set else None
     return Runtime(settings, service, monitor, head, retention)

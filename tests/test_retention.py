@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import pytest
 from sqlalchemy import func, select
 
 from service import storage
-from service.retention import Policy, Retention
-from service.store import CheckpointRow, JobLabelRow, JobRow, TransitionRow, utcnow
-from tests.jobstore import job_service, set_columns, submit
+from service.ray_backend import RayBackend
+from service.retention import Policy, RayRecords, Retention
+from service.store import CheckpointRow, JobLabelRow, JobRow, TransitionRow, store_id, utcnow
+from tests.jobstore import dead_ray, job_service, set_columns, submit
 
 
 @pytest.fixture()
@@ -118,4 +120,42 @@ def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):
     assert jobs["old_cancelled"] not in remaining(service)
     assert "deleted 2 finished job(s)" in gc()
     assert remaining(service) == {jobs[n] for n in ("recent_ok", "recent_failed", "running", "queued", "resumed")}
+    service.sessions.kw["bind"].dispose()
+
+
+def test_ray_records_of_deleted_jobs_go_once_the_cluster_answers_and_never_hold_up_the_rows(ray_head, tmp_path):
+    """Every attempt's Ray job of a deleted job is deleted from Ray; the records of jobs
+    kept, and of another store's jobs, stay. A cluster that does not answer: the rows go
+    anyway, and the next sweep that reaches it deletes the records."""
+    service = job_service(f"sqlite:///{tmp_path / 'raydock.db'}", tmp_path)
+    ray = RayBackend(ray_head.dashboard_url, auth_token=ray_head.auth_token())
+    ours = store_id(service.sessions)
+    old, recent = submit(service, name="old"), submit(service, name="recent")
+    set_columns(service, old, status="FAILED", attempt=2, finished_at=utcnow() - timedelta(days=9))
+    set_columns(service, recent, status="SUCCEEDED", attempt=1, finished_at=utcnow())
+
+    def ray_job(job_id: str, attempt: int, store: str = ours) -> str:
+        meta = {"raydock_job": job_id, "raydock_attempt": str(attempt), "raydock_store": store}
+        return ray.jobs.submit_job(entrypoint="python -c 'print(1)'", metadata=meta)
+
+    old_attempts = [ray_job(old, 1), ray_job(old, 2)]
+    kept = [ray_job(recent, 1), ray_job(old, 1, store="rd-another-store")]
+    deadline = time.monotonic() + 120
+    while any(ray.state(sid).status in ("PENDING", "RUNNING") for sid in old_attempts + kept) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+    cut_off = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7), ray=RayBackend(dead_ray(), timeout_s=2))
+    t0 = time.monotonic()
+    assert cut_off.sweep() == 1 and time.monotonic() - t0 < 30
+    assert remaining(service) == {recent} and cut_off.ray_records == RayRecords(unreachable=True)
+    assert all(ray.state(sid) is not None for sid in old_attempts)  # kept for a sweep that reaches the cluster
+
+    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7), ray=ray)
+    assert retention.sweep() == 0  # nothing more to delete in the store; Ray's records of the deleted job go
+    assert retention.ray_records == RayRecords(deleted=2)
+    assert [ray.state(sid) for sid in old_attempts] == [None, None]
+    assert all(ray.state(sid).status == "SUCCEEDED" for sid in kept)
+    assert retention.sweep() == 0 and retention.ray_records == RayRecords()
+    for sid in kept:
+        ray.delete(sid)
     service.sessions.kw["bind"].dispose()
