@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, or_, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -145,11 +145,19 @@ def extremes_by_bucket(s: Session, job_id: str, pieces: list[Piece], width: int)
     bucket = (t.block // per).label("b") if per > 1 else t.block.label("b")
     wide = [and_(t.level == top, t.block.between(b0, b1)) for lv, b0, b1 in pieces if lv == top]
     q = select(bucket, t.key, func.min(t.vmin), func.max(t.vmax)).where(t.job_id == job_id, or_(*wide)).group_by(bucket, t.key)
-    for b, key, lo, hi in s.execute(q):
-        merge(out, int(b), key, lo, hi)
-    small = [and_(t.level == lv, t.block.between(b0, b1)) for lv, b0, b1 in pieces if lv != top]
+    for b, key, lo, hi in s.execute(q):  # one row per (bucket, key): nothing to merge yet
+        found = out.get(b)
+        if found is None:
+            found = out[b] = {}
+        found[key] = [lo, hi]
+    # One indexed range per smaller piece (an OR of them is read as a scan of the job's blocks).
+    small = [
+        select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, t.level == lv, t.block.between(b0, b1))
+        for lv, b0, b1 in pieces
+        if lv != top
+    ]
     if small:
-        for level, block, key, lo, hi in s.execute(select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, or_(*small))):
+        for level, block, key, lo, hi in s.execute(union_all(*small)):
             merge(out, (block << shift(level)) // width, key, lo, hi)
     return out
 
