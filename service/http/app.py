@@ -14,10 +14,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 from starlette.exceptions import HTTPException
 from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec, RaydockError
+from api.schemas import JobStatus
 from service.http.deps import require_token
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
@@ -25,6 +27,7 @@ from service.http.routes import checkpoints, cluster, code, events, jobs, logs, 
 from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
+from service.store import JobRow
 
 log = logging.getLogger("raydock.api")
 
@@ -95,9 +98,11 @@ async def lifespan(app: FastAPI):
 
 
 def _maybe_stop_head(runtime: Runtime) -> None:
-    """Stop the local head on shutdown unless jobs still train on it (they outlive us)."""
-    active = runtime.service.list(status=None, labels={}, limit=10_000, offset=0).items
-    if any(not j.status.is_terminal() for j in active):
+    """Stop the local head on shutdown unless a job has not ended (it may train on the head,
+    and outlives us): one indexed probe, whatever the history holds."""
+    with runtime.service.sessions() as s:
+        unended = s.scalar(select(JobRow.id).where(JobRow.status.in_([x.value for x in JobStatus if not x.is_terminal()])).limit(1))
+    if unended is not None:
         log.warning("leaving the local Ray head (pid %s) running: jobs are still active", runtime.head.pid)
         return
     runtime.head.stop()
