@@ -40,6 +40,26 @@ MIN_TICK_GAP_S = 0.05
 BIG_MOVE, POSITIONS_EVERY_S = 1000, 2.0  # places rewritten for the whole queue at most this often
 
 
+class Outage:
+    """Logs an outage of the cluster once: its first sign as a warning, the rest while it
+    lasts at debug level (every tick meets it), and its end."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def failed(self, what: str, exc: Exception) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("%s: %s (said once until the cluster answers again)", what, exc)
+        else:
+            log.debug("%s: %s", what, exc)
+
+    def answered(self) -> None:
+        if self.since is not None:
+            log.warning("the Ray cluster answers again, after %.0f s", time.monotonic() - self.since)
+            self.since = None
+
+
 class Monitor:
     def __init__(self, service: JobService):
         self.service = service
@@ -65,6 +85,7 @@ class Monitor:
         self._seen: set[str] = set()
         self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
         self._big_move_at = float("-inf")
+        self._outage = Outage()
 
     def wake(self) -> None:
         """Called from request threads after a submit: start the job without waiting a tick."""
@@ -107,8 +128,9 @@ class Monitor:
             if was_unreachable or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
                 self.attempts.reconcile()
                 self._reconciled_at = time.monotonic()
+                self._outage.answered()
         except ClusterUnavailable as exc:
-            log.warning("cannot reconcile with Ray: %s", exc)
+            self._outage.failed("cannot reconcile with Ray", exc)
         self.admit()
         self.collect_code()
 
@@ -144,7 +166,7 @@ class Monitor:
         now = time.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
-        log.warning("cannot reach Ray: %s", exc)
+        self._outage.failed("cannot reach Ray", exc)
         if now - self._unreachable_since < self.settings.cluster_lost_after_s:
             return
         with self.sessions.begin() as s:
@@ -273,7 +295,7 @@ class Monitor:
         try:
             self.attempts.start(job_id)
         except ClusterUnavailable as exc:
-            log.warning("submit of job %s waits for the cluster: %s", job_id, exc)
+            self._outage.failed(f"submit of job {job_id} waits for the cluster", exc)
         except Exception:  # noqa: BLE001 - the next tick submits the same id again
             log.exception("submit of job %s failed; it is retried with the same submission id", job_id)
         finally:
