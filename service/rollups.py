@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from sqlalchemy import and_, func, or_, select, union_all
+from sqlalchemy import func, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -110,8 +110,9 @@ Piece = tuple[int, int, int]  # (level, first block, last block)
 
 def cover(first: int, last: int, top: int) -> tuple[list[Piece], list[tuple[int, int]]]:
     """Blocks of levels up to ``top`` and ranges of single reports that together cover
-    seqs ``first..last`` once each: the widest whole blocks, then smaller ones at the ends
-    (at most 2 * 3 blocks per level below the first found, and under 16 reports per end)."""
+    seqs ``first..last`` once each: the widest whole blocks (one piece, first), then
+    smaller ones at the ends (at most 2 * 3 blocks per level below the widest, and under
+    16 reports per end)."""
     pieces: list[Piece] = []
     singles: list[tuple[int, int]] = []
 
@@ -139,23 +140,19 @@ def extremes_by_bucket(s: Session, job_id: str, pieces: list[Piece], width: int)
     out: dict[int, dict[str, list[float]]] = {}
     if not pieces:
         return out
-    top = max(p[0] for p in pieces)
+    (top, b0, b1), rest = pieces[0], pieces[1:]  # ``cover`` gives the one piece of the widest level first
     t = MetricRollupRow
     per = width >> shift(top)
     bucket = (t.block // per).label("b") if per > 1 else t.block.label("b")
-    wide = [and_(t.level == top, t.block.between(b0, b1)) for lv, b0, b1 in pieces if lv == top]
-    q = select(bucket, t.key, func.min(t.vmin), func.max(t.vmax)).where(t.job_id == job_id, or_(*wide)).group_by(bucket, t.key)
+    q = select(bucket, t.key, func.min(t.vmin), func.max(t.vmax)).where(t.job_id == job_id, t.level == top, t.block.between(b0, b1))
+    q = q.group_by(bucket, t.key)
     for b, key, lo, hi in s.execute(q):  # one row per (bucket, key): nothing to merge yet
         found = out.get(b)
         if found is None:
             found = out[b] = {}
         found[key] = [lo, hi]
     # One indexed range per smaller piece (an OR of them is read as a scan of the job's blocks).
-    small = [
-        select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, t.level == lv, t.block.between(b0, b1))
-        for lv, b0, b1 in pieces
-        if lv != top
-    ]
+    small = [select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, t.level == lv, t.block.between(a, e)) for lv, a, e in rest]
     if small:
         for level, block, key, lo, hi in s.execute(union_all(*small)):
             merge(out, (block << shift(level)) // width, key, lo, hi)
