@@ -122,8 +122,8 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
         at += size
     assert stored(service, job_id)[-1][0] == n - 1
     windows = [(-1, None, 2), (-1, None, 3), (-1, None, 5), (-1, None, 40), (-1, None, 500), (17, None, 4), (999, 1999, 10)]
-    windows += [(rng.randrange(-1, n - 100), None, rng.randrange(2, 60)) for _ in range(12)]
-    windows += [(a, a + rng.randrange(100, 2000), rng.randrange(2, 30)) for a in (rng.randrange(0, n - 2000) for _ in range(8))]
+    windows += [(rng.randrange(-1, n - 100), None, rng.randrange(2, 60)) for _ in range(6)]
+    windows += [(a, a + rng.randrange(100, 2000), rng.randrange(2, 30)) for a in (rng.randrange(0, n - 2000) for _ in range(5))]
     with service.sessions() as s:
         for since, until, max_points in windows:
             points = series.downsample(s, job_id, since, max_points, until)
