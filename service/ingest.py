@@ -122,9 +122,13 @@ class _Batch:
         if table not in self.stored:
             wanted, found = sorted(self.wanted[table]), set()
             for i in range(0, len(wanted), KEY_BATCH):
+                part = wanted[i : i + KEY_BATCH]
+                # The range too: PostgreSQL, its statistics not yet updated after a fast
+                # insert, may read the list as a filter over the attempt's every key.
                 q = select(table.src_seq).where(
-                    table.job_id == self.job.id, table.attempt == self.job.attempt, table.src_seq.in_(wanted[i : i + KEY_BATCH])
-                )
+                    table.job_id == self.job.id, table.attempt == self.job.attempt,
+                    table.src_seq.between(part[0], part[-1]), table.src_seq.in_(part),
+                )  # fmt: skip
                 found.update(self.s.scalars(q))
             self.stored[table] = found
         return seq in self.stored[table]
