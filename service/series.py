@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, any_, bindparam, select, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from api.schemas import MetricPoint
@@ -77,7 +76,7 @@ def downsample(s: Session, job_id: str, since: int, max_points: int, until: int 
             rollups.merge(extremes, b, key, mn, mx)
     buckets = range((lo + 1) // width, hi // width + 1)
     lasts = [min((b + 1) * width - 1, hi) for b in buckets]
-    rows = {r.seq: r for r in s.execute(select(*_COLUMNS).where(MetricRow.job_id == job_id, _one_of(dialect, [lo, *lasts])))}
+    rows = {r.seq: r for r in _reports(s, dialect, job_id, [lo, *lasts])}
     out = [_point(rows[lo])]
     for b, last in zip(buckets, lasts):
         first, found = max(b * width, lo + 1), extremes.get(b, {})
@@ -86,11 +85,18 @@ def downsample(s: Session, job_id: str, since: int, max_points: int, until: int 
     return out
 
 
-def _one_of(dialect: str, seqs: list[int]):
-    # PostgreSQL: one array parameter (binding hundreds of IN parameters costs more than the query).
+def _reports(s: Session, dialect: str, job_id: str, seqs: list[int]) -> Any:
+    """These reports, one index probe each."""
     if dialect == "postgresql":
-        return MetricRow.seq == any_(bindparam("seqs", seqs, type_=ARRAY(Integer)))
-    return MetricRow.seq.in_(seqs)
+        # One array parameter (hundreds of IN parameters cost more than the query), each
+        # element looked up in a LATERAL probe: with statistics not yet updated after fast
+        # inserts, PostgreSQL may otherwise filter the job's every report by the list.
+        return s.execute(text(_PROBES).columns(*_COLUMNS), {"job": job_id, "seqs": seqs})
+    return s.execute(select(*_COLUMNS).where(MetricRow.job_id == job_id, MetricRow.seq.in_(seqs)))
+
+
+_PROBES = """SELECT m.seq, m.attempt, m.ts, m.step, m.epoch, m."values" FROM unnest(CAST(:seqs AS integer[])) AS w(seq)
+CROSS JOIN LATERAL (SELECT * FROM metrics WHERE job_id = :job AND seq = w.seq LIMIT 1) AS m"""
 
 
 # Extremes of single reports a..e by bucket, from their JSON (the ends of a range, or all
