@@ -54,7 +54,7 @@ def test_upgrade_keeps_running_jobs_tokens_valid_and_stores_them_hashed(tmp_path
     assert stat.S_IMODE(os.stat(tmp_path / "old.db").st_mode) == 0o600
 
 
-def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(tmp_path):
+def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(database_url):
     import json
 
     from sqlalchemy import create_engine, text
@@ -62,7 +62,7 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
     from service import series
     from service.store import make_sessionmaker
 
-    url = f"sqlite:///{tmp_path / 'series.db'}"
+    url = database_url
     cfg = Config()
     cfg.set_main_option("script_location", "service:migrations")
     old = create_engine(url)
