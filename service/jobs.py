@@ -17,9 +17,10 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import CODE_REF_PREFIX, CancelledJobs, CancelRefusal, CheckpointPublic, FailureCause, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, RestartInfo
-from service import admission, lifecycle, listing, logs, queue, series, storage, user_code
+from api.schemas import CODE_REF_PREFIX, CancelledJobs, CancelRefusal, CheckpointPublic, JobList, JobPublic, JobSpec, JobStatus, MetricPoint
+from service import admission, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
+from service.job_records import to_public
 from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
@@ -27,31 +28,6 @@ from service.store import CheckpointRow, JobRow, count, utcnow
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
-
-
-def to_public(job: JobRow) -> JobPublic:
-    failed = job.status == JobStatus.FAILED.value
-    return JobPublic(
-        id=job.id,
-        name=job.name,
-        kind=job.kind,
-        status=JobStatus(job.status),
-        status_reason=job.status_reason,
-        failure_cause=FailureCause(job.failure_cause) if failed and job.failure_cause else None,
-        error=job.error if failed else None,
-        labels=job.labels or {},
-        spec=job.spec,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        attempt=job.attempt,
-        ray_job_id=job.ray_job_id,
-        latest_metrics=job.latest_metrics,
-        queue_position=job.queue_position if job.status == JobStatus.QUEUED.value and job.submission_id is None else None,
-        dropped_events=job.dropped_events or 0,
-        last_dropped_reason=job.last_drop_reason,
-        restarts=[RestartInfo(**r) for r in (job.restarts or [])],
-    )
 
 
 def body_hash(spec: JobSpec) -> str:
@@ -67,6 +43,7 @@ class JobService:
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
         self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
+        self.reads = job_records.LoopReads(sessions.kw["bind"])
 
     def prefix(self, job_id: str) -> str:
         """The job's own storage prefix: everything it may write and we may read for it."""
@@ -108,24 +85,24 @@ class JobService:
         if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
             return existing, False
         self.validate(spec)
-        job = JobRow(
-            id="j" + uuid.uuid4().hex[:11],
-            name=spec.name,
-            kind=spec.kind,
-            status=JobStatus.QUEUED.value,
-            status_reason="waiting to be scheduled",
-            labels=spec.labels,
-            spec=spec.model_dump(mode="json"),
+        now = utcnow()
+        row = {
+            "id": "j" + uuid.uuid4().hex[:11],
+            "name": spec.name,
+            "kind": spec.kind,
+            "status": JobStatus.QUEUED.value,
+            "status_reason": "waiting to be scheduled",
+            "labels": spec.labels,
+            "spec": spec.model_dump(mode="json"),
             **queue.typed_columns(spec),
-            idempotency_key=idempotency_key,
-            idempotency_hash=digest if idempotency_key else None,
-            queued_at=utcnow(),
-        )
+            "idempotency_key": idempotency_key,
+            "idempotency_hash": digest if idempotency_key else None,
+            "created_at": now,
+            "queued_at": now,
+        }
         try:
-            with self.sessions.begin() as s:
-                s.add(job)
-                s.flush()  # the job row first: its labels refer to it
-                s.add_all(queue.label_rows(job.id, spec.labels, job.created_at))
+            with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
+                job = job_records.insert_job(s.connection(), row)
                 if spec.is_user_code and spec.code:
                     self.code.reference(s, job.id, spec.code.removeprefix(CODE_REF_PREFIX))
         except IntegrityError:
@@ -134,7 +111,7 @@ class JobService:
                 return existing, False
             raise
         self.on_submit()
-        return to_public(job), True
+        return job, True
 
     def _by_key(self, key: str, digest: str) -> JobPublic | None:
         with self.sessions() as s:
@@ -162,8 +139,13 @@ class JobService:
         raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
 
     def get(self, job_id: str) -> JobPublic:
-        with self.sessions() as s:
-            return to_public(self._job(s, job_id))  # the queue position is stored by the monitor
+        job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor
+        return job if job is not None else self._job_missing(job_id)
+
+    async def read(self, job_id: str) -> JobPublic:
+        """``get`` for the event loop (``service/job_records.py``)."""
+        job = await self.reads.job(job_id)
+        return job if job is not None else self._job_missing(job_id)
 
     def list(
         self, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None

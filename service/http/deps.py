@@ -1,6 +1,10 @@
 """The one way routes reach the server: ``Annotated`` dependencies for the job service,
 the trial reads, the store and the API token, and the bounded path and query parameters
-every route shares. Routes never touch ``request.app.state`` themselves."""
+every route shares. Routes never touch ``request.app.state`` themselves.
+
+Dependencies that only look something up (or compare a token) are ``async def``: FastAPI
+runs a plain ``def`` dependency in a worker thread, and that hop costs more than the
+lookup. One that reads the database (``existing_job``) stays a ``def``."""
 
 from __future__ import annotations
 
@@ -23,23 +27,23 @@ from service.trials import TrialService
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
-def settings(request: Request) -> Settings:
+async def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def job_service(request: Request) -> JobService:
+async def job_service(request: Request) -> JobService:
     return request.app.state.runtime.service
 
 
-def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
+async def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
     return jobs.code
 
 
-def trial_service(jobs: Annotated[JobService, Depends(job_service)]) -> TrialService:
+async def trial_service(jobs: Annotated[JobService, Depends(job_service)]) -> TrialService:
     return TrialService(jobs.sessions)
 
 
-def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmaker:
+async def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmaker:
     return jobs.sessions
 
 
@@ -78,7 +82,7 @@ def token_matches(token: str | None, expected: str | None) -> bool:
     return secrets.compare_digest(token.encode(), expected.encode())
 
 
-def require_token(settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_token(settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """The API token check, mounted on /v1 only when RAYDOCK_API_TOKEN is set (so the
     OpenAPI document names the bearer scheme exactly when the server asks for it)."""
     if credentials is None or not token_matches(credentials.credentials.strip(), settings.api_token):

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import StringConstraints
+from starlette.concurrency import run_in_threadpool
 
 from api.schemas import MAX_LABELS, CancelJobs, CancelledJobs, JobList, JobPublic, JobSpec, JobStatus
 from service.http.deps import Cursor, JobId, Jobs, Offset
@@ -47,7 +48,7 @@ SPEC_EXAMPLES = {
         **errors(409, 422, 503),
     },
 )
-def submit_job(
+async def submit_job(
     jobs: Jobs,
     spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     response: Response,
@@ -56,7 +57,7 @@ def submit_job(
     ] = None,
 ) -> JobPublic:
     """Record a job and queue it; it starts on the cluster as soon as it fits."""
-    job, created = jobs.submit(spec, idempotency_key)
+    job, created = await run_in_threadpool(jobs.submit, spec, idempotency_key)  # a write: off the event loop
     if not created:
         response.status_code = 200
     return job
@@ -79,8 +80,8 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={200: job_response("The job."), **errors(404, 422)})
-def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
-    return jobs.get(job_id)
+async def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
+    return await jobs.read(job_id)  # on the event loop: a point read (service/job_records.py)
 
 
 @router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
