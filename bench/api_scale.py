@@ -4,6 +4,7 @@ API's figures over real HTTP, side by side with their targets.
     .venv/bin/python -m bench.api_scale                      # SQLite, N = 10k and 100k
     .venv/bin/python -m bench.api_scale --db postgres        # a throwaway PostgreSQL (tests/databases.py)
     .venv/bin/python -m bench.api_scale --jobs 10000 --seconds 3
+    .venv/bin/python -m bench.api_scale --jobs 10000 --no-events   # the job rows alone
 
 No Ray: the server points at a port where no dashboard answers, so jobs stay queued.
 Jobs are seeded straight into the store (bulk inserts) for speed; then, per N:
@@ -15,12 +16,25 @@ Rows of ``bench/api_scale_events.py`` (metrics, logs, checkpoints), when that mo
 there, are added to the same table: its ``rows(**context)`` is called with the keywords
 it accepts among ``url``, ``database_url``, ``data_dir`` and returns (what, figure,
 target) rows.
+
+The load phases (``GET /v1/jobs/{id}``, ``POST /v1/jobs``, cancel one by one) run THREADS
+client threads in this process, on the same 2 cores as the server, each with one
+keep-alive HTTP/1.1 connection of the standard library's ``http.client``: a request costs
+the client about 0.2 ms of CPU there, where httpx took about 1 ms and so held back the
+very rate it measured (at 1,000 req/s it wanted a core of its own). Nothing else is
+cheaper: every request is a real one over TCP, each answer is read to its last byte and
+its status checked, and latency is timed around the whole exchange. Each rate row gives
+the server's CPU per request and the client's, so a client that becomes the limit
+shows. Where the time goes in the server: ``py-spy record -p <server pid>`` during a
+load phase (``py-spy`` comes with the dev extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import inspect
+import json
 import os
 import statistics
 import tempfile
@@ -29,6 +43,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy import event, insert, select
@@ -103,35 +118,60 @@ def ms(x: float) -> str:
     return f"{x * 1000:.1f} ms"
 
 
-def hammer(url: str, request, seconds: float) -> tuple[float, list[float]]:
-    """``request(client, i)`` from THREADS threads for ``seconds``: (req/s, latencies)."""
+class Connection:
+    """One keep-alive HTTP/1.1 connection to the server (a load generator's client)."""
+
+    def __init__(self, url: str) -> None:
+        where = urlsplit(url)
+        self.http = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+
+    def request(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        self.http.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=headers)
+        answer = self.http.getresponse()
+        return answer.status, answer.read()
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def hammer(url: str, request, seconds: float) -> tuple[float, list[float], float]:
+    """``request(connection, i)`` -> (status, body) from THREADS threads for ``seconds``:
+    (req/s, latencies, the client's CPU seconds)."""
     lat: list[float] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
     def worker(k: int) -> None:
-        mine, i = [], k
-        with httpx.Client(base_url=url, timeout=60) as c:
+        mine, i, conn = [], k, Connection(url)
+        try:
             while time.monotonic() < stop:
                 t0 = time.perf_counter()
-                r = request(c, i)
+                status, body = request(conn, i)
                 mine.append(time.perf_counter() - t0)
-                assert r.status_code < 300, r.text
+                assert status < 300, body
                 i += THREADS
+        finally:
+            conn.close()
         with lock:
             lat.extend(mine)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return len(lat) / (time.perf_counter() - t0), lat
+    return len(lat) / (time.perf_counter() - t0), lat, time.process_time() - cpu0
 
 
-def rate(rps: float, lat: list[float], cpu_s: float) -> str:
-    return f"{rps:,.0f} req/s, p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; server CPU {ms(cpu_s / len(lat))}/req"
+def rate(rps: float, lat: list[float], cpu_s: float, client_cpu_s: float) -> str:
+    """The machine's load average goes with it: on a shared machine the neighbours' work
+    shows in the wall-clock figures, less in the CPU per request."""
+    per = len(lat)
+    load = os.getloadavg()[0]
+    return (f"{rps:,.0f} req/s, p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; CPU/req server {ms(cpu_s / per)}, "
+            f"client {ms(client_cpu_s / per)}; load {load:.1f}")  # fmt: skip
 
 
 def server_cpu(server: ServerProcess) -> float:
@@ -170,7 +210,7 @@ def tick_figures(database_url: str, data_dir: Path, dead: str) -> tuple[str, str
     return out[0], out[1]
 
 
-def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[tuple[str, str, str]]:
+def measure(n: int, database_url: str, data_dir: Path, seconds: float, events: bool = True) -> list[tuple[str, str, str]]:
     dead = f"http://127.0.0.1:{free_ports(1)[0]}"
     t0 = time.perf_counter()
     seed(database_url, n, QUEUED)
@@ -188,8 +228,8 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
             middle = conn.execute(select(JobRow.created_at, JobRow.id).order_by(JobRow.created_at.desc(), JobRow.id.desc()).offset(n // 2).limit(1)).one()
         engine.dispose()
         cpu0 = server_cpu(server)
-        rps, lat = hammer(server.url, lambda c, i: c.get(f"/v1/jobs/{waiting[i % len(waiting)]}"), seconds)
-        rows.append(("GET /v1/jobs/{id} (queued)", rate(rps, lat, server_cpu(server) - cpu0), TARGETS["get"]))
+        rps, lat, client_cpu = hammer(server.url, lambda c, i: c.request("GET", f"/v1/jobs/{waiting[i % len(waiting)]}"), seconds)
+        rows.append(("GET /v1/jobs/{id} (queued)", rate(rps, lat, server_cpu(server) - cpu0, client_cpu), TARGETS["get"]))
         with httpx.Client(base_url=server.url, timeout=60) as c:
             for what, params in (
                 ("first page", {}),
@@ -202,8 +242,8 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
                 rows.append((f"GET /v1/jobs?limit=50, {what}", timed_gets(server, c, "/v1/jobs", {"limit": 50, **params}), target))
         spec = digits_spec(name="posted")
         cpu0 = server_cpu(server)
-        rps, lat = hammer(server.url, lambda c, i: c.post("/v1/jobs", json=spec), seconds)
-        rows.append(("POST /v1/jobs (server CPU includes the monitor's ticks)", rate(rps, lat, server_cpu(server) - cpu0), TARGETS["post"]))
+        rps, lat, client_cpu = hammer(server.url, lambda c, i: c.request("POST", "/v1/jobs", spec), seconds)
+        rows.append(("POST /v1/jobs (server CPU includes the monitor's ticks)", rate(rps, lat, server_cpu(server) - cpu0, client_cpu), TARGETS["post"]))
         with make_engine(database_url).connect() as conn:
             posted = list(conn.scalars(select(JobRow.id).where(JobRow.status == "QUEUED", JobRow.name == "posted")))
         rows.append(cancel_one_by_one(server, posted))
@@ -215,7 +255,7 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float) -> list[t
         took, cpu = time.perf_counter() - t0, server_cpu(server) - cpu0
         what = f"cancel {len(waiting):,} queued jobs (POST /v1/jobs:cancel, 1000 ids a request)"
         rows.append((what, f"{took:.1f} s; server CPU {cpu:.1f} s", TARGETS["cancel"]))
-        rows += events_rows(url=server.url, database_url=database_url, data_dir=data_dir)
+        rows += events_rows(url=server.url, database_url=database_url, data_dir=data_dir) if events else []
     finally:
         server.stop()
     return rows
@@ -226,9 +266,11 @@ def cancel_one_by_one(server: ServerProcess, ids: list[str]) -> tuple[str, str, 
     t0, cpu0 = time.perf_counter(), server_cpu(server)
 
     def cancel(mine: list[str]) -> None:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
-            for job_id in mine:
-                assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        conn = Connection(server.url)
+        for job_id in mine:
+            status, body = conn.request("POST", f"/v1/jobs/{job_id}/cancel")
+            assert status == 200, body
+        conn.close()
 
     threads = [threading.Thread(target=cancel, args=(ids[k::THREADS],)) for k in range(THREADS)]
     for t in threads:
@@ -258,6 +300,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000], help="stored jobs (one run per value)")
     ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each load phase")
+    ap.add_argument("--no-events", action="store_true", help="leave out the rows of bench/api_scale_events.py")
     args = ap.parse_args()
     pg = None
     if args.db == "postgres":
@@ -271,7 +314,7 @@ def main() -> None:
             print(f"N = {n:,} jobs ({args.db})", flush=True)
             with tempfile.TemporaryDirectory(prefix="raydock-bench-") as tmp:
                 url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp}/raydock.db"
-                results[n] = measure(n, url, Path(tmp), args.seconds)
+                results[n] = measure(n, url, Path(tmp), args.seconds, events=not args.no_events)
             for what, figure, target in results[n]:
                 print(f"  {what:<58} {figure:<44} target {target}", flush=True)
     finally:
