@@ -81,7 +81,7 @@ class JobService:
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobPublic, bool]:
         """Record a job; returns it and whether it was created (False: the same
         Idempotency-Key came with the same body before, and this is that job)."""
-        digest = body_hash(spec)
+        digest = body_hash(spec) if idempotency_key else None  # only a key's retries are compared
         if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
             return existing, False
         self.validate(spec)
@@ -96,7 +96,7 @@ class JobService:
             "spec": spec.model_dump(mode="json"),
             **queue.typed_columns(spec),
             "idempotency_key": idempotency_key,
-            "idempotency_hash": digest if idempotency_key else None,
+            "idempotency_hash": digest,
             "created_at": now,
             "queued_at": now,
         }
