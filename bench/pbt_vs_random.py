@@ -26,7 +26,10 @@ an upper bound of the true ratio.
 
 For PBT it also checks, from the search's own events, that each clone continued its
 donor's run: its first report is the donor's epoch + 1 and (nqm) the weights and
-momentum it restored are the donor's at that epoch.
+momentum it restored are the donor's at that epoch. PBT's count varies from run to run
+with the same seed (seen 106 to 255 on nqm): Tune's asynchronous PBT ranks a trial when
+its report arrives, against the others' scores from the point before, so the order in
+which the aligned trials reach a point changes who clones whom.
 
 It runs on Ray Tune directly, without the REST server, and each trial trains in its
 Tune trainable's process instead of a TorchTrainer: starting a Ray Train run per trial
