@@ -47,7 +47,7 @@ def to_public(job: Any) -> JobPublic:
         latest_metrics=job.latest_metrics,
         queue_position=job.queue_position if job.status == JobStatus.QUEUED.value and job.submission_id is None else None,
         dropped_events=job.dropped_events or 0,
-        last_drop_reason=job.last_drop_reason,
+        last_dropped_reason=job.last_drop_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
     )
 
