@@ -188,8 +188,10 @@ def store_positions(s: Session, touched: set[str] | None = None) -> int:
         before = _before_in_order(first.priority, first.queued_at, first.id)
         ahead = _places_before(s, before)
         line = line.where(~before)
-    elif touched is not None and not keys:
+    elif touched is not None and not touched:
         line = None  # nothing entered or left the line
+    # (touched jobs that are all gone, e.g. cancelled and then deleted before this pass,
+    # may have left the line anywhere: the whole line is ranked again)
     moved = []
     if line is not None:
         for place, row in enumerate(s.execute(in_order(line)), start=ahead + 1):

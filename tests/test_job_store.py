@@ -125,6 +125,16 @@ def test_queue_positions_are_stored_in_queue_order_and_rewritten_only_when_they_
     order = queue_order_in_python(service)
     assert [service.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
 
+    # A job that left the line and was deleted before the places were stored again
+    # (retention, DELETE) still moves those behind it up.
+    gone = order[len(order) // 2]
+    service.cancel(gone)
+    service.delete(gone)
+    with service.sessions.begin() as s:
+        assert queue.store_positions(s, touched={gone}) == len(order) - len(order) // 2 - 1
+    order = queue_order_in_python(service)
+    assert [service.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
+
 
 def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_changes(service):
     ids = [submit(service, name=f"t{i}") for i in range(5)]
