@@ -94,13 +94,7 @@ class Attempts:
         except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
             if "No available agent" in str(exc):
                 return  # a head that just started has no job agent yet: the same id is submitted again
-            with self.sessions.begin() as s:
-                job = s.get(JobRow, job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value:
-                    lifecycle.fail(
-                        s, job, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", reason="Ray refused the job"
-                    )
-                    job.submission_id = None
+            self._fail_unstarted(job_id, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", "Ray refused the job")
             return
         self._inject_faults(job_id)
         self.confirm(job_id, prepared.submission_id, prepared.attempt)
@@ -155,14 +149,17 @@ class Attempts:
         try:
             check_user_code(spec, self.settings)
         except InvalidSpec as exc:
-            with self.sessions.begin() as s:
-                job = s.get(JobRow, job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value:
-                    lifecycle.fail(
-                        s, job, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", reason="the job's code changed since the submit"
-                    )  # fmt: skip
+            self._fail_unstarted(job_id, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", "the job's code changed since the submit")
             return False
         return True
+
+    def _fail_unstarted(self, job_id: str, cause: FailureCause, error: str, reason: str) -> None:
+        """Fail a job Ray never started, if it is still QUEUED; its submission id goes with it."""
+        with self.sessions.begin() as s:
+            job = s.get(JobRow, job_id)
+            if job is not None and job.status == JobStatus.QUEUED.value:
+                lifecycle.fail(s, job, cause, error, reason=reason)
+                job.submission_id = None
 
     def _launch(self, job_id: str, attempt: int, spec: dict, token: str) -> dict:
         return {

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.schemas import JobSpec, JobStatus
 from service import admission
-from service.store import JobLabelRow, JobRow, TransitionRow, aware
+from service.store import JobRow, TransitionRow, aware
 
 QUEUED = JobStatus.QUEUED.value
 HEAD_BATCH = 64  # rows fetched at a time while admission walks the head of the queue
@@ -34,10 +34,6 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
         "scheduling_timeout_s": spec.scheduling_timeout_s,
         "max_runtime_s": spec.max_runtime_s,
     }
-
-
-def label_rows(job_id: str, labels: dict[str, str], created_at: datetime) -> list[JobLabelRow]:
-    return [JobLabelRow(job_id=job_id, key=k, value=v, created_at=created_at) for k, v in labels.items()]
 
 
 def in_order(query: Select) -> Select:
