@@ -1,6 +1,6 @@
 """The monitor: the server's one background loop. Each tick follows the active jobs
-(status and logs), applies admission's plan to the queue, and now and then reconciles
-Ray's jobs with ours.
+(status and logs), has the queue keeper (service/queue_keeper.py) apply admission's plan
+and starts what it admits, and now and then reconciles Ray's jobs with ours.
 
 Everything it knows is re-read from the database and from Ray on every tick, so a
 restarted server picks up where the last one stopped: running jobs are reattached,
@@ -20,13 +20,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
-from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
-from service import admission, lifecycle, logs, queue
+from api.schemas import FailureCause, JobStatus
+from service import lifecycle, logs
 from service.attempts import ACTIVE, Attempts
 from service.jobs import JobService
 from service.log_tails import LogTails
+from service.queue_keeper import QueueKeeper
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow, aware, store_id, utcnow
 
@@ -35,12 +36,10 @@ log = logging.getLogger("raydock.monitor")
 LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
-FULL_PASS_S = 30.0  # admission rereads every queued job's reason and place at least this often
 # A lone submit is started at once (it wakes a waiting monitor); a burst is taken in
 # batches, at most one tick per gap: each tick reads the queue's head (~10 ms with 10k
 # queued), which at 20 a second was a fifth of the API's CPU during a burst of submits.
 MIN_TICK_GAP_S = 0.25
-BIG_MOVE, POSITIONS_EVERY_S = 1000, 2.0  # places rewritten for the whole queue at most this often
 
 
 class Outage:
@@ -73,7 +72,6 @@ class Monitor:
         self.attempts = Attempts(service, store_id(service.sessions))
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._unreachable_since: float | None = None
         self._reconciled_at = float("-inf")
         self._code_collected_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
@@ -81,13 +79,7 @@ class Monitor:
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
-        # What the last admission pass saw (service/queue.py): it looks again only at what changed.
-        self._marks: queue.Marks | None = None
-        self._full_pass_at = float("-inf")
-        self._rest_reason: str | None = None
-        self._seen: set[str] = set()
-        self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
-        self._big_move_at = float("-inf")
+        self.queue = QueueKeeper(service.sessions, service.backend, ACTIVE)
         self._outage = Outage()
 
     def wake(self) -> None:
@@ -126,15 +118,15 @@ class Monitor:
             else:
                 self._follow_failures.pop(job_id, None)
         self.tails.forget(set(active))
-        was_unreachable, self._unreachable_since = self._unreachable_since is not None, None
         try:
-            if was_unreachable or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
+            if self._outage.since is not None or time.monotonic() - self._reconciled_at >= RECONCILE_EVERY_S:
                 self.attempts.reconcile()
                 self._reconciled_at = time.monotonic()
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        self.admit()
+        for job_id in self.queue.admit():
+            self._dispatch(job_id)
         self.collect_code()
 
     def collect_code(self) -> None:
@@ -166,11 +158,8 @@ class Monitor:
     def _cluster_unreachable(self, active: list[str], exc: Exception) -> None:
         """A cluster gone for good fails its jobs (history kept); a blip does not. Their
         Ray jobs are stopped by reconciliation once the cluster answers again."""
-        now = time.monotonic()
-        if self._unreachable_since is None:
-            self._unreachable_since = now
         self._outage.failed("cannot reach Ray", exc)
-        if now - self._unreachable_since < self.settings.cluster_lost_after_s:
+        if time.monotonic() - self._outage.since < self.settings.cluster_lost_after_s:
             return
         with self.sessions.begin() as s:
             for job_id in active:
@@ -181,111 +170,7 @@ class Monitor:
                         reason=f"the Ray cluster has been unreachable for {self.settings.cluster_lost_after_s:g}s",
                     )  # fmt: skip
 
-    # ------------------------------------------------------------------ admission
-
-    def admit(self) -> None:
-        """Apply admission: fail what missed its deadline or can never fit, start what
-        fits in queue order (reading the queue's head only), say why the rest wait, and
-        store every waiting job's place. Reads the typed columns filled at submit, and
-        looks again only at jobs created or moved since the last tick (all of them every
-        FULL_PASS_S), so a quiet tick writes nothing and reads no more than the head."""
-        with self.sessions() as s:
-            now_marks = queue.marks(s)  # before any read: what changes after is seen next tick
-            self._type_old_jobs(s)
-            # A job whose submit is under way (or was cut short: its submission id is fixed)
-            # holds its resources already and is submitted again with the same id.
-            in_flight = queue.in_flight(s)
-            held = queue.held(s, ACTIVE)
-            late = admission.overdue(queue.with_deadline(s), utcnow())
-            full = self._marks is None or time.monotonic() - self._full_pass_at >= FULL_PASS_S
-            touched = None if full else queue.touched_since(s, self._marks)
-        for job_id in in_flight:
-            self._dispatch(job_id)
-        try:
-            info, extra = self.backend.capacity()
-        except ClusterUnavailable as exc:
-            self._fail_queued(late)
-            self._tell_the_queue(admission.Plan(), f"waiting for the Ray cluster: {exc}", touched, now_marks)
-            return
-        # A job submitted while Ray did not answer skipped the submit-time check: one that can
-        # never fit fails here instead of blocking the queue behind it for ever.
-        max_cpus, max_gpus = admission.max_capacity(info, extra)
-        with self.sessions() as s:
-            too_big = queue.never_fit(s, max_cpus, max_gpus)
-        self._fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None))
-        with self.sessions() as s:
-            plan = admission.plan(queue.head(s, skip={f.job_id for f in late} | set(too_big)), admission.free(info, held, extra))
-        self._tell_the_queue(plan, admission.BEHIND, touched, now_marks)
-        for job_id in plan.start:
-            self._dispatch(job_id)
-
-    def _tell_the_queue(self, plan: admission.Plan, rest: str, touched: set[str] | None, now_marks: queue.Marks) -> None:
-        """Write the plan's reasons, ``rest`` for every other waiting job whose reason may
-        differ (all of them when ``touched`` is None or ``rest`` changed; else those
-        touched since the last tick and those the last plan looked at), and the places."""
-        full = touched is None or rest != self._rest_reason
-        with self.sessions.begin() as s:
-            for job_id, reason in plan.reasons.items():
-                s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value).values(status_reason=reason))
-            queue.tell_the_rest(s, rest, exclude=plan.seen, only=None if full else touched | self._seen)
-            self._store_positions(s, None if full else touched)
-        if touched is None:
-            self._full_pass_at = time.monotonic()
-        self._marks, self._rest_reason, self._seen = now_marks, rest, plan.seen
-
-    def _store_positions(self, s, touched: set[str] | None) -> None:
-        """Store the places in the queue. When the whole queue moves (its head left) every
-        place is rewritten; while that keeps happening (a mass cancel) it is done at most
-        every POSITIONS_EVERY_S, the jobs touched meanwhile kept for the next time."""
-        if touched is not None:
-            touched = touched | self._unplaced
-            if not touched or time.monotonic() - self._big_move_at < POSITIONS_EVERY_S:
-                self._unplaced = touched
-                return
-        moved = queue.store_positions(s, touched)
-        self._unplaced = set()
-        if moved >= BIG_MOVE:
-            self._big_move_at = time.monotonic()
-
-    def _type_old_jobs(self, s) -> None:
-        """Jobs stored before the typed columns existed get them once (unreadable queued
-        ones fail alone; the rest of the queue goes on)."""
-        untyped = queue.untyped(s, (JobStatus.QUEUED.value, *ACTIVE))
-        if not untyped:
-            return
-        unreadable = []
-        with self.sessions.begin() as w:
-            for job_id, spec in untyped:
-                parsed = _spec(job_id, spec)
-                if parsed is None:
-                    unreadable.append(_unreadable(job_id))
-                else:
-                    w.execute(update(JobRow).where(JobRow.id == job_id).values(**queue.typed_columns(parsed)))
-        self._fail_queued(unreadable)
-
-    def _refusals(self, job_ids: list[str], max_cpus: float, max_gpus: float, has_autoscaler: bool) -> list[admission.Failure]:
-        """Why each of these jobs can never fit (their specs read once, as they fail)."""
-        out = []
-        with self.sessions() as s:
-            specs = dict(s.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(job_ids))).all()) if job_ids else {}
-        for job_id, spec in specs.items():
-            parsed = _spec(job_id, spec)
-            if parsed is None:
-                out.append(_unreadable(job_id))
-            elif (refusal := admission.capacity_refusal(parsed, max_cpus, max_gpus, has_autoscaler)) is not None:
-                out.append(admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
-        return out
-
-    def _fail_queued(self, failures: list[admission.Failure]) -> None:
-        """Fail these jobs if they are still waiting (a record this server cannot read,
-        e.g. stored by another version, fails alone; the rest of the queue goes on)."""
-        if not failures:
-            return
-        with self.sessions.begin() as s:
-            for f in failures:
-                job = s.get(JobRow, f.job_id)
-                if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:
-                    lifecycle.fail(s, job, f.cause, f.error, reason=f.reason)
+    # ------------------------------------------------------------------ starting jobs
 
     def _dispatch(self, job_id: str) -> None:
         with self._submit_lock:
@@ -357,15 +242,3 @@ class Monitor:
             lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s", also=timeout)
         return True
 
-
-def _unreadable(job_id: str) -> admission.Failure:
-    why = "the stored job spec no longer validates"
-    return admission.Failure(job_id, FailureCause.INFRASTRUCTURE, why, why)
-
-
-def _spec(job_id: str, spec: dict) -> JobSpec | None:
-    try:
-        return parse_job_spec(spec)
-    except ValueError:  # pydantic's ValidationError included
-        log.warning("job %s: its stored spec no longer validates", job_id)
-        return None

@@ -96,7 +96,7 @@ def test_a_queued_job_shows_its_stored_place_and_the_queue_moves_up_on_cancel(se
         before = low.refresh().info.queue_position
         high.cancel()
         assert high.info.queue_position is None
-        # Within a tick or two, or at the latest the monitor's full pass (FULL_PASS_S): a job
+        # Within a tick or two, or at the latest the monitor's full pass (queue_keeper.FULL_PASS_S): a job
         # cancelled and swept by retention before a tick sees it leaves no trace for the
         # incremental pass (known; see the issue notes).
         wait_for(lambda: low.refresh().info.queue_position == before - 1, 45, "the queue to move up")

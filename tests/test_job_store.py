@@ -143,7 +143,7 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
     set_columns(service, ids[0], demand_cpus=None, demand_gpus=None, holds_cpus=None, holds_gpus=None)  # stored before 0003
     set_columns(service, ids[1], demand_cpus=None, spec={"kind": "train", "model": {"type": "nope"}})
     monitor = Monitor(service)
-    monitor.admit()
+    monitor.queue.admit()
 
     failed = service.get(late)
     assert failed.status == JobStatus.FAILED and failed.status_reason == "no resources within scheduling_timeout_s=5"
@@ -165,7 +165,7 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
 
     event.listen(engine, "after_cursor_execute", count)
     try:
-        monitor.admit()  # the same queue, the same cluster: nothing to write
+        monitor.queue.admit()  # the same queue, the same cluster: nothing to write
     finally:
         event.remove(engine, "after_cursor_execute", count)
     assert sum(changed) == 0  # no row written (no UPDATE sent at all, or one that matched nothing)
@@ -173,7 +173,7 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
     # A tick looks again at what was submitted or moved since the last one.
     newer = submit(service, name="newer")
     service.cancel(ids[0])
-    monitor.admit()
+    monitor.queue.admit()
     assert service.get(newer).queue_position == 4 and service.get(newer).status_reason.startswith("waiting for the Ray cluster")
     assert [service.get(i).queue_position for i in ids[2:]] == [1, 2, 3]
 
