@@ -40,10 +40,10 @@ import torch
 
 from bench.jobs import run_job
 from trainers import efficiency
-from trainers.data import load_arrays
-from trainers.gpt import GPTConfig, build_gpt, lm_loss
+from trainers.data.tabular import load_arrays
+from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
 from trainers.models import build_model
-from trainers.text_data import VOCAB_SIZE, batch_at, grammar_dataset
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 
 CUDA = torch.cuda.is_available()
 

@@ -37,7 +37,7 @@ import torch
 from ray import tune
 
 from api.schemas import OptimizerSpec, TuneSpec
-from trainers.data import batches, load_arrays
+from trainers.data.tabular import batches, load_arrays
 from trainers.models import build_model
 from trainers.skeleton import build_optimizer, set_hyperparameters
 from tuning.population import Alignment

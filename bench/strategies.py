@@ -33,9 +33,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import run_workers
-from trainers.gpt import GPTConfig, build_gpt
+from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import build_mesh, parallelize
-from trainers.text_data import VOCAB_SIZE, batch_at, grammar_dataset
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 
 CFG = GPTConfig(vocab_size=VOCAB_SIZE, n_layer=4, n_head=4, d_model=128, seq_len=64)
 GLOBAL_BATCH = 16

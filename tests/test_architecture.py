@@ -30,6 +30,11 @@ FORBIDDEN_LIBRARIES = {
     "tuning": {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic"},
 }
 RAY_INTERNALS_SEAM = {"trainers.ray_compat"}
+# The strategies apply a model's plan and never name a model: model-specific plans live
+# with the model (trainers.models.gpt.parallelize), as torchtitan keeps parallelize_llama
+# with Llama. Of trainers, the strategies import only themselves (so no trainers.models,
+# nor a model module anywhere else in trainers/).
+MODEL_AGNOSTIC = "trainers.parallel"
 MAX_LINES = 400
 LONG_MODULES_ALLOWED: dict[str, str] = {}  # module -> why it may be longer
 
@@ -139,6 +144,21 @@ def ray_internals_outside_seam(tree: Tree) -> list[str]:
     return sorted(set(out))
 
 
+def model_specific_imports(tree: Tree) -> list[str]:
+    out = []
+    for module, names in sorted(tree.imports.items()):
+        if module != MODEL_AGNOSTIC and not module.startswith(MODEL_AGNOSTIC + "."):
+            continue
+        for name in sorted(names):
+            inside = name == MODEL_AGNOSTIC or name.startswith(MODEL_AGNOSTIC + ".")
+            if name.startswith("trainers.") and not inside:
+                out.append(
+                    f"{module} imports {name}: {MODEL_AGNOSTIC} stays model-agnostic "
+                    "(a model's plans live with the model, e.g. trainers.models.gpt.parallelize)"
+                )
+    return out
+
+
 def long_modules(tree: Tree) -> list[str]:
     return [
         f"{m} has {n} lines (limit {MAX_LINES}): split it along its responsibilities"
@@ -160,6 +180,10 @@ def test_packages_import_one_way_and_the_contract_stays_light():
 
 def test_ray_internals_only_behind_the_seam():
     assert ray_internals_outside_seam(read_tree(ROOT)) == []
+
+
+def test_parallel_strategies_name_no_model():
+    assert model_specific_imports(read_tree(ROOT)) == []
 
 
 def test_no_module_over_the_line_limit():
@@ -187,19 +211,25 @@ def _plant(root: Path, files: dict[str, str]) -> Tree:
 
 
 def test_a_planted_cycle_is_found_even_through_a_lazy_import(tmp_path):
-    tree = _plant(tmp_path, {
-        "service/a.py": "from service.b import f\n",
-        "service/b.py": "def f():\n    from service import a\n",
-    })  # fmt: skip
+    tree = _plant(
+        tmp_path,
+        {
+            "service/a.py": "from service.b import f\n",
+            "service/b.py": "def f():\n    from service import a\n",
+        },
+    )
     assert cycles(tree) == [["service.a", "service.b"]]
 
 
 def test_a_planted_server_import_in_the_contract_is_found(tmp_path):
-    tree = _plant(tmp_path, {
-        "api/schemas.py": "import fastapi\n",
-        "trainers/x.py": "from tuning.search import run\n",
-        "tuning/search.py": "from ray.train.v2._internal.execution import context\n",
-    })  # fmt: skip
+    tree = _plant(
+        tmp_path,
+        {
+            "api/schemas.py": "import fastapi\n",
+            "trainers/x.py": "from tuning.search import run\n",
+            "tuning/search.py": "from ray.train.v2._internal.execution import context\n",
+        },
+    )
     found = layering_violations(tree)
     assert any("api.schemas imports fastapi" in v for v in found)
     assert any("trainers.x imports tuning.search" in v for v in found)
@@ -209,3 +239,23 @@ def test_a_planted_server_import_in_the_contract_is_found(tmp_path):
 def test_a_planted_long_module_is_found(tmp_path):
     tree = _plant(tmp_path, {"service/big.py": "x = 1\n" * (MAX_LINES + 1)})
     assert long_modules(tree) == [f"service.big has {MAX_LINES + 1} lines (limit {MAX_LINES}): split it along its responsibilities"]
+
+
+def test_a_planted_model_import_in_the_strategies_is_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "trainers/parallel/__init__.py": "",
+            "trainers/parallel/tensor.py": "from trainers.models.gpt import gpt_tensor_plan\n",
+            "trainers/parallel/pipeline.py": "def f():\n    import trainers.models\n",
+            "trainers/parallel/fsdp.py": "from trainers.gpt import GPT\n",
+            "trainers/parallel/ddp.py": "from trainers.parallel.plan import ModelPlan\n",
+            "trainers/models/gpt.py": "from trainers.parallel.plan import register_plan\n",
+        },
+    )
+    found = model_specific_imports(tree)
+    assert {v.split(" imports ")[0] for v in found} == {
+        "trainers.parallel.tensor",
+        "trainers.parallel.pipeline",
+        "trainers.parallel.fsdp",
+    }

@@ -10,15 +10,17 @@ import math
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from api.schemas import ParallelismSpec
+from api.schemas import OptimizerSpec, ParallelismSpec
 from tests.parallel.parallel_harness import run_workers
 from trainers import efficiency, fast_path
-from trainers.parallel import build_mesh, parallelize
-from trainers.gpt import GPTConfig, build_gpt, lm_loss
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models import CNN, MLP
-from trainers.text_data import VOCAB_SIZE, batch_at, grammar_dataset
+from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
+from trainers.parallel import build_mesh, parallelize
+from trainers.skeleton import build_optimizer
 
 CPU = torch.device("cpu")
 TINY_GPT = GPTConfig(vocab_size=VOCAB_SIZE, n_layer=2, n_head=2, d_model=32, seq_len=16)
@@ -104,9 +106,9 @@ def test_compiled_gpt_on_a_gpu_follows_the_eager_curve(strategy):
 
 def test_compile_setting_resolves_per_device_and_strategy():
     cuda = torch.device("cuda", 0)
-    assert fast_path.resolve("auto", CPU) == fast_path.FastPath(compile=False, tf32=False, fused_optimizer=False, prefetch=False)
+    assert fast_path.resolve("auto", CPU) == fast_path.FastPath(compile=False, tf32=False, prefetch=False)
     auto_gpu = fast_path.resolve("auto", cuda, strategy="fsdp", precision="fp32")
-    assert auto_gpu == fast_path.FastPath(compile=True, tf32=True, fused_optimizer=True, prefetch=True)
+    assert auto_gpu == fast_path.FastPath(compile=True, tf32=True, prefetch=True)
     assert not fast_path.resolve("auto", cuda, strategy="pipeline").compile
     assert fast_path.resolve("on", cuda, strategy="pipeline").compile
     assert fast_path.resolve("on", CPU).compile
@@ -119,6 +121,21 @@ def test_compile_setting_resolves_per_device_and_strategy():
     assert "parallelism.compile" in str(err.value)
 
 
+def test_the_loops_optimizer_is_fused_exactly_when_every_parameter_is_on_a_gpu():
+    # The one place the choice is made (fast_path.optimizer_options), used by the loops'
+    # optimizer: a parameter server's shards build theirs on CPU actors, so the worker's
+    # device cannot decide it.
+    spec = OptimizerSpec(name="adamw", lr=1e-3)
+    on_cpu = build_optimizer(spec, nn.Linear(2, 2).parameters())
+    assert fast_path.optimizer_options(nn.Linear(2, 2).parameters()) == {}
+    assert fast_path.optimizer_options([]) == {}
+    assert not on_cpu.defaults.get("fused")
+    if torch.cuda.is_available():
+        on_gpu = build_optimizer(spec, nn.Linear(2, 2).cuda().parameters())
+        assert fast_path.optimizer_options(nn.Linear(2, 2).cuda().parameters()) == {"fused": True}
+        assert on_gpu.defaults["fused"] is True
+
+
 # ----------------------------------------------------------------------------- no sync in the step
 
 
@@ -128,7 +145,7 @@ def host_reads_worker(rank, world_size, steps):
     spec = ParallelismSpec(strategy="ddp")
     # The optimizer the fast path builds on a GPU (fused; its CPU kernel exists too).
     # The unfused one reads its step counters on the host: CPU tensors, no sync on CUDA.
-    options = fast_path.optimizer_options(fast_path.resolve("auto", torch.device("cuda", 0)))
+    options = {"fused": True}
     pm = parallelize(build_gpt(TINY_GPT, seed=0), build_mesh(spec), spec, optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=1e-3, **options))
     batches = gpt_batches(steps)
     with HostReads() as in_steps:

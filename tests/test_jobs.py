@@ -17,7 +17,7 @@ import yaml
 from api.client import Client
 from api.schemas import DigitsData, MLPModel
 from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
-from trainers.data import load_arrays
+from trainers.data.tabular import load_arrays
 from trainers.models import build_model
 
 

@@ -17,9 +17,9 @@ import torch
 from api.schemas import GPTModel, TextData
 from tests.conftest import digits_spec, user_spec
 from tests.test_jobs import wait_for
-from trainers.gpt import build_gpt, lm_loss
+from trainers.models.gpt import build_gpt, lm_loss
 from trainers.lm_loop import gpt_config
-from trainers.text_data import batch_at, grammar_dataset
+from trainers.data.text import batch_at, grammar_dataset
 
 GPT = {"type": "gpt", "n_layer": 2, "n_head": 2, "d_model": 32, "seq_len": 16}
 TEXT = {"source": "text", "n_chars": 16 * 1024, "val_batches": 2}

@@ -7,7 +7,7 @@ all take this loop and its one checkpoint format. The model goes through
 ``trainers.skeleton``'s.
 
 Epochs: each worker walks its shard of the training split in an order fixed by the seed
-and the epoch (``trainers.data``). A resumed run restarts the epoch its checkpoint was
+and the epoch (``trainers.data.tabular``). A resumed run restarts the epoch its checkpoint was
 taken in (use ``checkpoint.every_n_steps`` for finer resume) and keeps counting steps.
 Its checkpoints carry ``n_features`` and ``n_classes`` in ``state.json``: with the model
 spec that rebuilds the network (``trainers.models.build_model``) to load ``model.pt`` into.
@@ -24,11 +24,17 @@ from torch import nn
 
 from api.schemas import TrainSpec, parse_job_spec
 from trainers import efficiency
-from trainers.data import Batch, InMemoryData, RayDataShards, classifier_data
+from trainers.data.tabular import Batch, InMemoryData, RayDataShards, classifier_data
 from trainers.models import build_model
 from trainers.parallel import ParallelModel, build_mesh, parallelize
-from trainers.parallel.parameter_server import ParameterServerModel
-from trainers.skeleton import Start, Step, optimizer_factory, resume, setup_worker, train
+from trainers.skeleton import (
+    Start,
+    Step,
+    optimizer_factory,
+    resume,
+    setup_worker,
+    train,
+)
 
 Data = InMemoryData | RayDataShards
 
@@ -52,7 +58,9 @@ def build_classifier(spec: TrainSpec, n_features: int, n_classes: int) -> Parall
 def train_loop(config: dict) -> None:
     spec = parse_job_spec(config["spec"])
     setup_worker(spec)
-    data = classifier_data(spec, config.get("data_meta", {}), dist.get_rank(), dist.get_world_size())
+    data = classifier_data(
+        spec, config.get("data_meta", {}), dist.get_rank(), dist.get_world_size()
+    )
     pm = build_classifier(spec, data.n_features, data.n_classes)
     start = resume(spec, pm)
     train(
@@ -64,7 +72,8 @@ def train_loop(config: dict) -> None:
         meta={"n_features": data.n_features, "n_classes": data.n_classes},
         # Counted on a plain copy of the model: one forward of two zero rows, x 3.
         flops_per_unit=efficiency.flops_per_sample(
-            build_model(spec.model, data.n_features, data.n_classes), torch.zeros(2, data.n_features)
+            build_model(spec.model, data.n_features, data.n_classes),
+            torch.zeros(2, data.n_features),
         ),
     )
 
@@ -84,7 +93,14 @@ def steps(spec: TrainSpec, data: Data, start: Start) -> Iterator[Step]:
         for (x, y), epoch_end in with_last(b for b in batches if len(b[1])):
             number, empty = number + 1, False
             done = epoch + 1 if epoch_end else epoch
-            yield Step(number, done, x, y, epoch_end=epoch_end, last=number >= max_steps or done >= max_epochs)
+            yield Step(
+                number,
+                done,
+                x,
+                y,
+                epoch_end=epoch_end,
+                last=number >= max_steps or done >= max_epochs,
+            )
             if number >= max_steps:
                 return
         if empty:
@@ -115,11 +131,8 @@ def whole_slices(x: torch.Tensor, y: torch.Tensor, k: int) -> Batch:
 
 @torch.no_grad()
 def evaluate(pm: ParallelModel, batches: Iterator[Batch]) -> dict[str, Any]:
-    """Loss and accuracy over every worker's validation shard (a collective)."""
-    server_stats = {}
-    if isinstance(pm, ParameterServerModel):
-        pm.refresh()  # every worker evaluates the servers' latest weights
-        server_stats = pm.server_stats()
+    """Loss and accuracy over every worker's validation shard (a collective; the
+    skeleton calls ``pm.before_evaluate()`` first)."""
     pm.module.eval()
     batches = list(batches)
     # FSDP gathers parameters in every forward, a collective: all workers must run as
@@ -127,7 +140,9 @@ def evaluate(pm: ParallelModel, batches: Iterator[Batch]) -> dict[str, Any]:
     count = torch.tensor([len(batches)], device=pm.device)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     empty = (batches[0][0][:0], batches[0][1][:0]) if batches else None
-    totals = torch.zeros(3, dtype=torch.float64, device=pm.device)  # loss sum, correct, rows
+    totals = torch.zeros(
+        3, dtype=torch.float64, device=pm.device
+    )  # loss sum, correct, rows
     for i in range(int(count.item())):
         x, y = batches[i] if i < len(batches) else empty
         x, y = x.to(pm.device), y.to(pm.device)
@@ -139,4 +154,4 @@ def evaluate(pm: ParallelModel, batches: Iterator[Batch]) -> dict[str, Any]:
     dist.all_reduce(totals)
     pm.module.train()
     rows = max(totals[2].item(), 1.0)
-    return {"val_loss": totals[0].item() / rows, "val_acc": totals[1].item() / rows, **server_stats}
+    return {"val_loss": totals[0].item() / rows, "val_acc": totals[1].item() / rows}

@@ -76,7 +76,7 @@ def device_peak_flops(device: torch.device, precision: str) -> float | None:
 
 
 def gpt_matmul_parameters(*, n_layer: int, d_model: int, vocab_size: int) -> int:
-    """Parameters of the built-in GPT (``trainers.gpt``) that take part in matrix products.
+    """Parameters of the built-in GPT (``trainers.models.gpt``) that take part in matrix products.
 
     From the config rather than from the module: under tensor or pipeline parallelism a
     worker holds only part of the model, but every token still passes through all of it.

@@ -8,8 +8,8 @@ Each piece removes a cost a plain eager loop pays on a GPU:
   launches). The model is compiled *in place*, block by block where it has blocks, so
   parameter names, state dicts and checkpoints are those of the plain model, and
   DDP/FSDP still see one module per block (their bucket and shard boundaries);
-- :func:`optimizer_options`: the fused (single-kernel) Adam/AdamW/SGD step on CUDA;
-  (the step's loss stays on the device until a report: ``ParallelModel.local_step``
+- :func:`optimizer_options`: the fused (single-kernel) Adam/AdamW/SGD step on CUDA, as
+  ``trainers.skeleton.build_optimizer`` builds it (the step's loss stays on the device until a report: ``ParallelModel.local_step``
   and the skeleton's window, never a per-step ``.item()``);
 - :func:`prefetch`: batches prepared ahead by a background thread in pinned memory and
   copied with ``non_blocking=True``. A copy from pageable memory blocks the host until
@@ -50,11 +50,16 @@ class FastPath:
 
     compile: bool
     tf32: bool
-    fused_optimizer: bool
     prefetch: bool
 
 
-def resolve(setting: str, device: torch.device, *, strategy: str = "ddp", precision: str = "fp32") -> FastPath:
+def resolve(
+    setting: str,
+    device: torch.device,
+    *,
+    strategy: str = "ddp",
+    precision: str = "fp32",
+) -> FastPath:
     """The fast path for ``parallelism.compile`` = ``setting`` on ``device``.
 
     ``auto``: compile on CUDA for ddp and fsdp, eager elsewhere. ``on``: compile on any
@@ -62,7 +67,9 @@ def resolve(setting: str, device: torch.device, *, strategy: str = "ddp", precis
     full fp32 (no TF32): the reference path to compare the fast one against.
     """
     if setting not in ("auto", "on", "off"):
-        raise ValueError(f"parallelism.compile must be auto, on or off, not {setting!r}")
+        raise ValueError(
+            f"parallelism.compile must be auto, on or off, not {setting!r}"
+        )
     cuda = device.type == "cuda"
     if strategy in NEVER_COMPILE_STRATEGIES or setting == "off":
         compile_ = False
@@ -73,7 +80,6 @@ def resolve(setting: str, device: torch.device, *, strategy: str = "ddp", precis
     return FastPath(
         compile=compile_,
         tf32=cuda and precision == "fp32" and setting != "off",
-        fused_optimizer=cuda,
         prefetch=cuda,
     )
 
@@ -84,9 +90,19 @@ def allow_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def optimizer_options(fast: FastPath) -> dict[str, bool]:
-    """Keyword arguments for ``torch.optim.{SGD,Adam,AdamW}``: one fused kernel per step on CUDA."""
-    return {"fused": True} if fast.fused_optimizer else {}
+def optimizer_options(params: Iterable) -> dict[str, bool]:
+    """Keyword arguments for ``torch.optim.{SGD,Adam,AdamW}`` over ``params``.
+
+    Fused when every parameter is on a GPU: one kernel updates them all (no launch per
+    tensor), and the step counters stay on the device (no host reads; GradScaler's
+    check fuses in too). Decided by where the parameters are, not by the worker's
+    device: a parameter server's optimizers run on CPU actors.
+    """
+    params = list(params)
+    on_gpu = bool(params) and all(
+        isinstance(p, torch.Tensor) and p.is_cuda for p in params
+    )
+    return {"fused": True} if on_gpu else {}
 
 
 def compile_model(model: nn.Module) -> nn.Module:
@@ -99,7 +115,9 @@ def compile_model(model: nn.Module) -> nn.Module:
     ``_orig_mod.`` prefix ever reaches a checkpoint.
     """
     blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.ModuleDict, nn.ModuleList, nn.Sequential)) and len(blocks):
+    if isinstance(blocks, (nn.ModuleDict, nn.ModuleList, nn.Sequential)) and len(
+        blocks
+    ):
         for block in blocks.children():
             block.compile()
     else:
@@ -137,7 +155,11 @@ def _map_tensors(item, fn):
     if isinstance(item, tuple):
         return tuple(_map_tensors(t, fn) for t in item)
     if dataclasses.is_dataclass(item):
-        changes = {f.name: fn(v) for f in dataclasses.fields(item) if isinstance(v := getattr(item, f.name), torch.Tensor)}
+        changes = {
+            f.name: fn(v)
+            for f in dataclasses.fields(item)
+            if isinstance(v := getattr(item, f.name), torch.Tensor)
+        }
         return dataclasses.replace(item, **changes)
     return item
 

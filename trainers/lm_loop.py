@@ -7,7 +7,7 @@ and compression), resume, then ``trainers.skeleton.train`` runs the steps on the
 generated text corpus, reporting at every epoch end, every ``checkpoint.every_n_steps``,
 as ``report`` says and at the end, and checkpointing in ``trainers.checkpoint``'s format.
 
-Batches are chosen by step number (``trainers.text_data.batch_at``) and sharded by
+Batches are chosen by step number (``trainers.data.text.batch_at``) and sharded by
 the worker's *data* rank: the workers of one tensor group or one pipeline get the same
 batch. So a resumed run sees exactly the batches the interrupted one would have.
 """
@@ -20,10 +20,17 @@ import torch
 
 from api.schemas import GPTModel, TextData, TrainSpec, parse_job_spec
 from trainers import efficiency
-from trainers.gpt import GPTConfig, build_gpt
+from trainers.data.text import VOCAB_SIZE, CharBlocks, batch_at, grammar_dataset
+from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import ParallelModel, build_mesh, parallelize
-from trainers.skeleton import Start, Step, optimizer_factory, resume, setup_worker, train
-from trainers.text_data import VOCAB_SIZE, CharBlocks, batch_at, grammar_dataset
+from trainers.skeleton import (
+    Start,
+    Step,
+    optimizer_factory,
+    resume,
+    setup_worker,
+    train,
+)
 
 
 def gpt_config(model: GPTModel) -> GPTConfig:
@@ -43,8 +50,12 @@ class TextBatches:
     def __init__(self, spec: TrainSpec, pm: ParallelModel):
         data: TextData = spec.data
         seq_len = spec.model.seq_len
-        self.train = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed)
-        self.val = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val")
+        self.train = grammar_dataset(
+            seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed
+        )
+        self.val = grammar_dataset(
+            seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val"
+        )
         self.batch_size, self.seed = spec.batch_size, spec.seed
         self.rank, self.world = pm.data_rank, pm.data_world_size
         global_batch = self.batch_size * self.world
@@ -52,7 +63,14 @@ class TextBatches:
         self.val_batches = min(data.val_batches, len(self.val) // global_batch)
 
     def batch(self, ds: CharBlocks, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return batch_at(ds, step, self.batch_size, rank=self.rank, world_size=self.world, seed=self.seed)
+        return batch_at(
+            ds,
+            step,
+            self.batch_size,
+            rank=self.rank,
+            world_size=self.world,
+            seed=self.seed,
+        )
 
 
 def total_steps(spec: TrainSpec, steps_per_epoch: int) -> int:
@@ -80,7 +98,10 @@ def train_loop(config: dict) -> None:
         lambda: {"val_loss": evaluate(pm, data)},
         throughput=("tokens_per_s", spec.model.seq_len),
         flops_per_unit=efficiency.gpt_flops_per_token(
-            n_layer=spec.model.n_layer, d_model=spec.model.d_model, seq_len=spec.model.seq_len, vocab_size=VOCAB_SIZE
+            n_layer=spec.model.n_layer,
+            d_model=spec.model.d_model,
+            seq_len=spec.model.seq_len,
+            vocab_size=VOCAB_SIZE,
         ),
     )
 
@@ -90,7 +111,14 @@ def steps(data: TextBatches, start: Start, last: int) -> Iterator[Step]:
     per_epoch = data.steps_per_epoch
     for number in range(start.step + 1, last + 1):
         x, y = data.batch(data.train, number - 1)
-        yield Step(number, number // per_epoch, x, y, epoch_end=number % per_epoch == 0, last=number == last)
+        yield Step(
+            number,
+            number // per_epoch,
+            x,
+            y,
+            epoch_end=number % per_epoch == 0,
+            last=number == last,
+        )
 
 
 def evaluate(pm: ParallelModel, data: TextBatches) -> float:

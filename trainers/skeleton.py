@@ -53,21 +53,34 @@ def setup_worker(spec: TrainSpec) -> None:
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
     # TF32 matrix products where fp32 is asked for on a GPU (not under compile: off,
     # the exact reference path).
-    device = torch.device("cuda" if spec.scaling.use_gpu and torch.cuda.is_available() else "cpu")
-    fast_path.allow_tf32(fast_path.resolve(spec.parallelism.compile, device, precision=spec.parallelism.precision).tf32)
+    device = torch.device(
+        "cuda" if spec.scaling.use_gpu and torch.cuda.is_available() else "cpu"
+    )
+    fast_path.allow_tf32(
+        fast_path.resolve(
+            spec.parallelism.compile, device, precision=spec.parallelism.precision
+        ).tf32
+    )
 
 
 def build_optimizer(spec: OptimizerSpec, params) -> torch.optim.Optimizer:
     params = list(params)
-    # On a GPU one fused kernel updates every parameter: no launch per tensor, and the
-    # step counters stay on the device (no host reads; GradScaler's check fuses in too).
-    on_gpu = bool(params) and all(isinstance(p, torch.Tensor) and p.is_cuda for p in params)
-    fused = {"fused": True} if on_gpu else {}
+    fused = fast_path.optimizer_options(params)
     if spec.name == "sgd":
-        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, **fused)
+        return torch.optim.SGD(
+            params,
+            lr=spec.lr,
+            momentum=spec.momentum,
+            weight_decay=spec.weight_decay,
+            **fused,
+        )
     if spec.name == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
-    return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
+        return torch.optim.Adam(
+            params, lr=spec.lr, weight_decay=spec.weight_decay, **fused
+        )
+    return torch.optim.AdamW(
+        params, lr=spec.lr, weight_decay=spec.weight_decay, **fused
+    )
 
 
 def optimizer_factory(spec: TrainSpec) -> OptimizerFactory:
@@ -93,7 +106,11 @@ class Scheduler:
     def before(self, opt: torch.optim.Optimizer, step: "Step") -> None:
         if self.schedule is None:
             return
-        done = step.number - 1 if self.schedule.unit == "step" else step.epoch - (1 if step.epoch_end else 0)
+        done = (
+            step.number - 1
+            if self.schedule.unit == "step"
+            else step.epoch - (1 if step.epoch_end else 0)
+        )
         values = self.schedule.values_at(done)
         if values == self.applied:
             return
@@ -170,14 +187,20 @@ class ReportClock:
     def due(self, step: int) -> bool:
         if step < self.next_check:
             return False
-        elapsed = torch.tensor([time.perf_counter() - self.t0], dtype=torch.float64, device=self.device)
+        elapsed = torch.tensor(
+            [time.perf_counter() - self.t0], dtype=torch.float64, device=self.device
+        )
         if dist.is_initialized():
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        seconds = elapsed.item()  # the same number on every worker, so the same decision
+        seconds = (
+            elapsed.item()
+        )  # the same number on every worker, so the same decision
         if seconds >= self.every_s:
             return True
         per_step = seconds / max(step - self.first_step, 1)
-        self.next_check = step + max(1, math.ceil((self.every_s - seconds) / max(per_step, 1e-9)))
+        self.next_check = step + max(
+            1, math.ceil((self.every_s - seconds) / max(per_step, 1e-9))
+        )
         return False
 
 
@@ -243,7 +266,7 @@ def train(
     """Run ``steps`` on ``pm``, reporting and checkpointing as the spec says.
 
     ``evaluate()`` returns the validation metrics (a collective: every worker runs it at
-    the same steps). ``throughput`` names the rate metric and the units per batch row
+    the same steps), after ``pm.before_evaluate()``, whose metrics are reported too. ``throughput`` names the rate metric and the units per batch row
     (``("samples_per_s", 1)``, ``("tokens_per_s", seq_len)``). ``meta`` goes into every
     checkpoint's ``state.json`` next to ``trainers.checkpoint.describe``'s fields.
     ``flops_per_unit`` (model FLOPs per token or sample, ``trainers.efficiency``) adds
@@ -253,7 +276,9 @@ def train(
     the placed model and its loss compiled in place, batches prefetched to the GPU.
     """
     par = spec.parallelism
-    fast = fast_path.resolve(par.compile, pm.device, strategy=par.strategy, precision=par.precision)
+    fast = fast_path.resolve(
+        par.compile, pm.device, strategy=par.strategy, precision=par.precision
+    )
     fast_path.accelerate(pm, fast)
     if fast.prefetch:
         steps = fast_path.prefetch(steps, pm.device)
@@ -275,20 +300,31 @@ def train(
             "train_loss": train_loss,
             rate_name: rate,
             **efficiency.efficiency_metrics(
-                unit=rate_name.removesuffix("s_per_s"), items_per_s=rate, flops_per_item=flops_per_unit,
-                device=pm.device, precision=par.precision, n_devices=dist.get_world_size(),
+                unit=rate_name.removesuffix("s_per_s"),
+                items_per_s=rate,
+                flops_per_item=flops_per_unit,
+                device=pm.device,
+                precision=par.precision,
+                n_devices=dist.get_world_size(),
             ),
+            **pm.before_evaluate(),  # e.g. the parameter server's pull of the latest weights
             **evaluate(),
             # Worker 0's figures (only rank 0's metrics are kept): the gradient-sync bytes
             # it sent since this attempt started, and the parameter + optimizer bytes it holds.
             "bytes_communicated": pm.bytes_communicated,
             "local_state_bytes": pm.local_state_bytes(),
-            "lr": pm.optimizer.param_groups[0]["lr"],  # the rate in effect: what a search's schedule really did
+            "lr": pm.optimizer.param_groups[0][
+                "lr"
+            ],  # the rate in effect: what a search's schedule really did
             "world_size": dist.get_world_size(),  # changes when an elastic job resizes
         }
         save = None
         if cadence.checkpoint_due(step):
-            save = partial(checkpoint.save, pm=pm, meta=checkpoint.describe(spec, pm, epoch=step.epoch, **(meta or {})))
+            save = partial(
+                checkpoint.save,
+                pm=pm,
+                meta=checkpoint.describe(spec, pm, epoch=step.epoch, **(meta or {})),
+            )
         report(metrics, save)
         window = Window()
         cadence.clock.restart(step.number)

@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainers.gpt import GPTConfig, build_gpt, lm_loss
+from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
 from trainers.parallel import build_mesh, parallelize
-from trainers.text_data import VOCAB_SIZE, batch_at, grammar_dataset
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 
 multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "trainers.parallel", __name__])
 

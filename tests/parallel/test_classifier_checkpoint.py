@@ -10,7 +10,7 @@ from api.schemas import TrainSpec
 from tests.parallel.parallel_harness import run_workers
 from trainers import checkpoint
 from trainers.classifier_loop import build_classifier, steps
-from trainers.data import InMemoryData
+from trainers.data.tabular import InMemoryData
 from trainers.models import build_model
 from trainers.skeleton import Start
 

@@ -4,7 +4,7 @@ import pytest
 
 from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, SEED, run_workers, train_specs_worker
-from trainers.gpt import build_gpt
+from trainers.models.gpt import build_gpt
 
 STEPS = 20
 

@@ -4,7 +4,7 @@ Inside each training worker, after the default process group exists (Ray Train
 creates it: gloo on CPU, NCCL on GPU, with each worker's GPU already selected):
 
     mesh = build_mesh(spec.parallelism)                          # collective
-    model = build_gpt(cfg, seed=seed)                            # same seed on every worker
+    model = build_gpt(cfg, seed=seed)            # trainers.models.gpt; same seed everywhere
     pm = parallelize(model, mesh, spec.parallelism,
                      optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=3e-4))
     for step in range(start, steps):
@@ -17,6 +17,10 @@ global rank: the workers of one tensor group or one pipeline must see the same b
 ``parallelize`` returns a :class:`ParallelModel` (see ``base``) whatever the strategy;
 ``trainers.checkpoint`` writes and restores it. One module per strategy: ``ddp``,
 ``fsdp``, ``tensor``, ``pipeline``, ``hybrid``, ``parameter_server``.
+
+This package names no model. Tensor and pipeline parallelism take the model's
+:class:`ModelPlan` (``plan``), registered by the model's package (the GPT's lives in
+``trainers.models.gpt.parallelize``) or passed to ``parallelize``.
 """
 
 from __future__ import annotations
@@ -26,20 +30,27 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from api.schemas import ParallelismSpec, resolve_mesh, validate_parallelism
-from trainers.gpt import lm_loss
-from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
+from trainers.parallel.base import (
+    LossFn,
+    OptimizerFactory,
+    ParallelModel,
+    mean_cross_entropy,
+)
 from trainers.parallel.ddp import DDPModel
 from trainers.parallel.fsdp import FSDPModel
 from trainers.parallel.hybrid import parallelize_hybrid
 from trainers.parallel.parameter_server import parallelize_parameter_server
 from trainers.parallel.pipeline import PipelineParallelModel
+from trainers.parallel.plan import ModelPlan, plan_for, register_plan
 from trainers.parallel.tensor import TensorParallelModel
 
 __all__ = [
     "MESH_DIMS",
+    "ModelPlan",
     "ParallelModel",
     "build_mesh",
     "parallelize",
+    "register_plan",
 ]
 
 MESH_DIMS = ("data", "pipeline", "tensor")
@@ -69,7 +80,9 @@ def build_mesh(spec: ParallelismSpec, *, device_type: str | None = None) -> Devi
         device_type = "cuda" if dist.get_backend() == "nccl" else "cpu"
     shape = resolve_mesh(spec, dist.get_world_size())
     return init_device_mesh(
-        device_type, (shape.data, shape.pipeline, shape.tensor), mesh_dim_names=MESH_DIMS
+        device_type,
+        (shape.data, shape.pipeline, shape.tensor),
+        mesh_dim_names=MESH_DIMS,
     )
 
 
@@ -79,17 +92,22 @@ def parallelize(
     spec: ParallelismSpec,
     *,
     optimizer_factory: OptimizerFactory,
-    loss_fn: LossFn = lm_loss,
+    loss_fn: LossFn = mean_cross_entropy,
+    plan: ModelPlan | None = None,
 ) -> ParallelModel:
     """Place ``model`` on this worker's part of ``mesh`` as ``spec`` says; build its optimizer.
 
     Modifies ``model`` in place (sharding, dropping other stages' layers): use the
     returned object from then on. ``optimizer_factory`` receives this worker's
     parameters after placement. ``loss_fn(logits, targets)`` must average over the
-    batch so that microbatches and replicas average to the full-batch loss.
+    batch so that microbatches and replicas average to the full-batch loss; the default
+    is the mean cross-entropy over every position. ``plan`` says how tensor and pipeline
+    parallelism split the model; by default the one registered for its class.
     """
     if mesh.mesh_dim_names != MESH_DIMS:
-        raise ValueError(f"mesh must have dimensions {MESH_DIMS}; build it with build_mesh")
+        raise ValueError(
+            f"mesh must have dimensions {MESH_DIMS}; build it with build_mesh"
+        )
     cfg = getattr(model, "config", None)
     errors = validate_parallelism(
         spec,
@@ -108,4 +126,8 @@ def parallelize(
             f"mesh shape {tuple(mesh.shape)} does not match the spec's "
             f"{(shape.data, shape.pipeline, shape.tensor)}; build it with build_mesh(spec)"
         )
-    return _STRATEGIES[spec.strategy](model, mesh, spec, optimizer_factory, loss_fn)
+    if plan is None:
+        plan = plan_for(model)
+    return _STRATEGIES[spec.strategy](
+        model, mesh, spec, optimizer_factory, loss_fn, plan
+    )

@@ -7,6 +7,7 @@ talks to this interface:
     loss = pm.train_step(inputs, targets)  # one optimizer step; global-batch mean loss
     t = pm.local_step(inputs, targets)     # the same step, this worker's loss left on its device
     pm.mean_loss(t)                        # -> the global-batch mean (a collective)
+    pm.before_evaluate()                   # -> extra metrics; a loop calls it before evaluating
     pm.evaluate(inputs, targets)           # forward only, same averaging
     pm.state_dict() / pm.load_state_dict() # this worker's shard, for DCP checkpoints
     pm.full_model_state_dict()             # plain weights gathered on rank 0, for export
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -36,9 +39,16 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from api.schemas import ParallelismSpec
+from trainers.parallel.plan import ModelPlan
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def mean_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every position of the batch (logits ``(..., classes)``),
+    in fp32 whatever the forward's precision: ``parallelize``'s default loss."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten())
 
 
 _FLAT_OPTIM = StateDictOptions(flatten_optimizer_state_dict=True)
@@ -71,22 +81,31 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
 
 
 class ParallelModel:
-    """This worker's part of a model, its optimizer, and one training step."""
+    """This worker's part of a model, its optimizer, and one training step.
+
+    Subclasses say how a model is placed (:meth:`_place`) and how gradients reach the
+    weights (:meth:`_grad_sync`, :meth:`_reduce_grads`, :meth:`_apply_grads`); the
+    constructor, the step and the checkpoint plumbing are written once, here.
+    """
 
     strategy = "base"
+    # True where backward already averages gradients across data replicas (DDP's
+    # buckets, FSDP's reduce-scatter); otherwise _reduce_grads does it after backward.
+    syncs_in_backward = False
 
     def __init__(
         self,
-        module: nn.Module,
+        model: nn.Module,
         mesh: DeviceMesh,
         spec: ParallelismSpec,
         optimizer_factory: OptimizerFactory,
         loss_fn: LossFn,
+        plan: ModelPlan | None = None,
     ):
-        self.module = module
         self.mesh = mesh
         self.spec = spec
         self.loss_fn = loss_fn
+        self.plan = plan if plan is not None else ModelPlan()
         self.device = mesh_device(mesh)
         data_mesh = mesh["data"]
         self.data_group = data_mesh.get_group()
@@ -96,7 +115,28 @@ class ParallelModel:
         self.step = 0
         # Loss scaling keeps small fp16 gradients from flushing to zero; bf16 has fp32's range.
         self.scaler = torch.amp.GradScaler("cuda") if spec.precision == "fp16" else None
-        self.optimizer = optimizer_factory([p for p in module.parameters() if p.requires_grad])
+        self.module = self._place(model)
+        # Built after placement, so it holds (and sizes its state for) what this worker keeps.
+        self.optimizer = self._build_optimizer(optimizer_factory)
+
+    # -- placement ------------------------------------------------------------------
+
+    def _place(self, model: nn.Module) -> nn.Module:
+        """Put ``model`` on this worker's device, starting from data-rank 0's weights.
+
+        Strategies that shard or split extend this (before or after); it returns the
+        module the step runs, which may be a wrapper of ``model``.
+        """
+        model.to(self.device)
+        broadcast_from_data_rank0(model, self.mesh)
+        return model
+
+    def _build_optimizer(
+        self, optimizer_factory: OptimizerFactory
+    ) -> torch.optim.Optimizer:
+        return optimizer_factory(
+            [p for p in self.module.parameters() if p.requires_grad]
+        )
 
     @property
     def bytes_communicated(self) -> int:
@@ -114,7 +154,9 @@ class ParallelModel:
         CPU-GPU sync, so a loop can average a window of them once (:meth:`mean_loss`)."""
         k = self.spec.grad_accumulation_steps
         micro_inputs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
-        micro_targets = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
+        micro_targets = split_batch(
+            targets.to(self.device), k, "grad_accumulation_steps"
+        )
         self.module.train()
         loss_sum = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(zip(micro_inputs, micro_targets)):
@@ -125,8 +167,7 @@ class ParallelModel:
                     loss = self.loss_fn(self.module(x), y) / k
                 self._backward(loss)
             loss_sum += loss.detach()
-        self._reduce_grads()
-        self._optimizer_step()
+        self._apply_grads()
         return loss_sum
 
     def mean_loss(self, local_loss: torch.Tensor) -> float:
@@ -134,13 +175,20 @@ class ParallelModel:
         steps' losses, each replica's taken at the same steps). A collective."""
         return self._data_mean(local_loss)
 
+    def before_evaluate(self) -> dict[str, Any]:
+        """Make this worker ready to evaluate; return metrics to report beside the
+        evaluation's. Every worker calls it before evaluating (it may be a collective)."""
+        return {}
+
     @torch.no_grad()
     def evaluate(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """Mean loss over the global batch, without touching gradients or weights."""
         self.module.eval()
         try:
             with self.autocast():
-                loss = self.loss_fn(self.module(inputs.to(self.device)), targets.to(self.device))
+                loss = self.loss_fn(
+                    self.module(inputs.to(self.device)), targets.to(self.device)
+                )
         finally:
             self.module.train()
         return self._data_mean(loss.detach().float())
@@ -154,6 +202,15 @@ class ParallelModel:
 
     def _reduce_grads(self) -> None:
         """Average gradients across data replicas, if backward did not already."""
+        if self.syncs_in_backward or self.data_world_size == 1:
+            return
+        grads = local_grads(self.module.parameters())
+        self.comm.bytes += allreduce_mean(grads, self.data_group)
+
+    def _apply_grads(self) -> None:
+        """After the last slice's backward: synchronise gradients, take the optimizer step."""
+        self._reduce_grads()
+        self._optimizer_step()
 
     def autocast(self):
         """The forward-pass precision context of ``spec.precision`` (autocast; fp32 weights)."""
@@ -197,7 +254,9 @@ class ParallelModel:
         # "param_groups.<name>.lr"). The nested form has one "param_groups" list per
         # worker under the same key, which a checkpoint keeps only one copy of; that
         # breaks as soon as workers hold different parameters (pipeline stages).
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=_FLAT_OPTIM)
+        model_sd, optim_sd = get_state_dict(
+            self.module, self.optimizer, options=_FLAT_OPTIM
+        )
         sd = {"model": model_sd, "optimizer": optim_sd, "step": self.step}
         if self.scaler is not None:
             sd["scaler"] = self.scaler.state_dict()
@@ -222,13 +281,16 @@ class ParallelModel:
         ``model.load_state_dict``.
         """
         return get_model_state_dict(
-            self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            self.module,
+            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
         )
 
     def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load unsharded weights (e.g. from a single-process run); every worker passes them."""
         # A copy: loading renames the keys of the dict it is given (e.g. DDP's "module." prefix).
-        set_model_state_dict(self.module, dict(sd), options=StateDictOptions(full_state_dict=True))
+        set_model_state_dict(
+            self.module, dict(sd), options=StateDictOptions(full_state_dict=True)
+        )
 
     # -- accounting ----------------------------------------------------------------
 
@@ -282,4 +344,6 @@ def broadcast_from_data_rank0(module: nn.Module, mesh: DeviceMesh) -> None:
         return
     with torch.no_grad():
         for t in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(local_tensor(t.data), group=data_mesh.get_group(), group_src=0)
+            dist.broadcast(
+                local_tensor(t.data), group=data_mesh.get_group(), group_src=0
+            )

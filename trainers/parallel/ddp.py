@@ -30,12 +30,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
     PowerSGDState,
     powerSGD_hook,
 )
-from torch.distributed.device_mesh import DeviceMesh
 from torch.futures import Future
 from torch.nn.parallel import DistributedDataParallel
 
-from api.schemas import ParallelismSpec
-from trainers.parallel.base import CommCounter, LossFn, OptimizerFactory, ParallelModel, mesh_device
+from trainers.parallel.base import CommCounter, ParallelModel
 
 POWERSGD_RANK = 2
 POWERSGD_START_ITER = 2
@@ -43,7 +41,10 @@ POWERSGD_START_ITER = 2
 
 class _HookState:
     def __init__(
-        self, group: dist.ProcessGroup, counter: CommCounter, powersgd: "PowerSGDState | None"
+        self,
+        group: dist.ProcessGroup,
+        counter: CommCounter,
+        powersgd: "PowerSGDState | None",
     ):
         self.group = group
         self.counter = counter
@@ -83,36 +84,35 @@ _HOOKS = {
 
 class DDPModel(ParallelModel):
     strategy = "ddp"
+    syncs_in_backward = True
 
-    def __init__(
-        self,
-        model: nn.Module,
-        mesh: DeviceMesh,
-        spec: ParallelismSpec,
-        optimizer_factory: OptimizerFactory,
-        loss_fn: LossFn,
-    ):
-        device = mesh_device(mesh)
-        group = mesh["data"].get_group()
-        # DDP broadcasts data-rank 0's weights here, so replicas start identical.
+    def _place(self, model: nn.Module) -> nn.Module:
+        # DDP broadcasts data-rank 0's weights itself, so replicas start identical.
         ddp = DistributedDataParallel(
-            model.to(device),
-            process_group=group,
-            device_ids=[device.index] if device.type == "cuda" else None,
+            model.to(self.device),
+            process_group=self.data_group,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
         )
-        super().__init__(ddp, mesh, spec, optimizer_factory, loss_fn)
+        compression = self.spec.grad_compression
+        self._grad_bytes = 0
+        if compression == "none":
+            self._grad_bytes = sum(
+                p.numel() * p.element_size()
+                for p in ddp.parameters()
+                if p.requires_grad
+            )
+            return ddp
         powersgd = None
-        if spec.grad_compression == "powersgd":
+        if compression == "powersgd":
             powersgd = PowerSGDState(
-                process_group=group,
+                process_group=self.data_group,
                 matrix_approximation_rank=POWERSGD_RANK,
                 start_powerSGD_iter=POWERSGD_START_ITER,
             )
-        self._grad_bytes = 0
-        if spec.grad_compression == "none":
-            self._grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad)
-        else:
-            ddp.register_comm_hook(_HookState(group, self.comm, powersgd), _HOOKS[spec.grad_compression])
+        ddp.register_comm_hook(
+            _HookState(self.data_group, self.comm, powersgd), _HOOKS[compression]
+        )
+        return ddp
 
     @contextlib.contextmanager
     def _grad_sync(self, enabled: bool) -> Iterator[None]:

@@ -31,44 +31,29 @@ import contextlib
 from collections.abc import Iterator
 
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from api.schemas import ParallelismSpec
-from trainers.parallel.base import (
-    LossFn,
-    OptimizerFactory,
-    ParallelModel,
-    broadcast_from_data_rank0,
-    mesh_device,
-)
+from trainers.parallel.base import ParallelModel
 
 
 class FSDPModel(ParallelModel):
     strategy = "fsdp"
+    syncs_in_backward = True
 
-    def __init__(
-        self,
-        model: nn.Module,
-        mesh: DeviceMesh,
-        spec: ParallelismSpec,
-        optimizer_factory: OptimizerFactory,
-        loss_fn: LossFn,
-    ):
-        model.to(mesh_device(mesh))
+    def _place(self, model: nn.Module) -> nn.Module:
         # Each worker keeps its own slice of the tensor it built, so all must start from
-        # the same full weights (fully_shard itself does not broadcast).
-        broadcast_from_data_rank0(model, mesh)
-        data_mesh = mesh["data"]
+        # the same full weights (fully_shard itself does not broadcast): super() does that.
+        model = super()._place(model)
+        data_mesh = self.mesh["data"]
         blocks = getattr(model, "blocks", None)
         if isinstance(blocks, (nn.ModuleDict, nn.ModuleList)):
-            for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
+            for block in (
+                blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks
+            ):
                 fully_shard(block, mesh=data_mesh)
         fully_shard(model, mesh=data_mesh)
-        # The optimizer must be built after sharding so it holds (and sizes its state
-        # for) the sharded parameters.
-        super().__init__(model, mesh, spec, optimizer_factory, loss_fn)
         self._grad_bytes = sum(p.numel() * 4 for p in model.parameters())
+        return model
 
     @contextlib.contextmanager
     def _grad_sync(self, enabled: bool) -> Iterator[None]:

@@ -22,6 +22,7 @@ from api.schemas import ParallelismSpec
 from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
 from trainers.parallel.ddp import DDPModel
 from trainers.parallel.pipeline import PipelineParallelModel
+from trainers.parallel.plan import ModelPlan
 from trainers.parallel.tensor import TensorParallelModel
 
 
@@ -31,6 +32,7 @@ def parallelize_hybrid(
     spec: ParallelismSpec,
     optimizer_factory: OptimizerFactory,
     loss_fn: LossFn,
+    plan: ModelPlan | None = None,
 ) -> ParallelModel:
     if mesh["pipeline"].size() > 1 and mesh["tensor"].size() > 1:
         raise ValueError(
@@ -44,6 +46,6 @@ def parallelize_hybrid(
     else:
         # A mesh with only a data axis is plain data parallelism.
         cls = DDPModel
-    pm = cls(model, mesh, spec, optimizer_factory, loss_fn)
+    pm = cls(model, mesh, spec, optimizer_factory, loss_fn, plan)
     pm.strategy = "hybrid"
     return pm

@@ -1,27 +1,27 @@
 """Parameter-server training: Ray actors hold the parameters, workers push gradients.
 
 The parameters are partitioned over ``parallelism.parameter_server.num_servers``
-:class:`ParameterShard` actors (greedily by size), each with its own optimizer for its
-part. Every worker keeps a full copy of the model to compute with; each step it pushes
-its gradient to every server and pulls fresh weights when its copy is too old:
+``ParameterShard`` actors (greedily by size; ``trainers.parallel.parameter_shard``),
+each with its own optimizer for its part. Every worker keeps a full copy of the model
+to compute with; each step it pushes its gradient to every server and pulls fresh
+weights when its copy is too old:
 
-- ``sync``: a server sums the gradients of all workers for a round, takes one optimizer
-  step on their mean, and only then answers the pushes; every worker pulls after every
-  step. One step equals one data-parallel step on the global batch.
-- ``async``: a server applies each gradient as it arrives (one optimizer step each),
-  so a fast worker does not wait for the slow ones, within two bounds set by
-  ``staleness`` (s): a worker's push returns only once the slowest worker is at most s
-  steps behind it (stale-synchronous parallel), and a worker pulls fresh weights
-  whenever the servers are more than s updates ahead of its copy (s = 0: every step).
-  The servers record how far ahead any pushing worker was (``max_ahead``, at most s)
-  and how many updates old each gradient's weights were (``max_grad_staleness``).
+- ``sync``: a server steps once per round on the mean of every worker's gradient, so
+  every copy is one update behind after each step and every worker pulls: one step
+  equals one data-parallel step on the global batch.
+- ``async``: a server applies each gradient as it arrives, so a fast worker does not
+  wait for the slow ones, within ``staleness`` (s): a push returns once the slowest
+  worker is at most s steps behind, and a worker pulls whenever the servers are more
+  than s updates ahead of its copy (s = 0: every step).
 
 The worker-side object is a :class:`ParameterServerModel`, a ``ParallelModel`` like the
-others, except that a training step runs no collective (so async workers really run
-apart) and its loss is this worker's own. Call :meth:`ParameterServerModel.refresh`
-before evaluating or saving: it waits for every worker and pulls the latest weights,
-so all workers hold the same model. Checkpoints hold the servers' weights and
-optimizer state, identical on every worker (DCP writes them once).
+others: its placement starts the servers, its gradient step pushes and pulls instead
+of synchronising and stepping locally (``local_step`` runs no collective, so async
+workers really run apart), and its evaluation hook (``before_evaluate``) waits for every
+worker and pulls the latest weights, so all workers evaluate the same model, and
+returns the servers' figures (``server_version``, ``max_ahead``,
+``max_grad_staleness``). Checkpoints hold the servers' weights and optimizer state,
+identical on every worker (DCP writes them once).
 
 Worker rank 0 creates the servers (named after a random id it broadcasts to the other
 workers); they live as long as it does, so a restarted worker group starts new ones and
@@ -30,8 +30,8 @@ reloads them from the checkpoint. Servers reserve no CPU: they sit idle between 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
+from typing import Any
 
 import ray
 import torch
@@ -40,137 +40,41 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from api.schemas import ParallelismSpec
-from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel, split_batch
+from trainers.parallel.base import LossFn, OptimizerFactory, ParallelModel
+from trainers.parallel.parameter_shard import ParameterShard, partition
+from trainers.parallel.plan import ModelPlan
 
 
-@ray.remote(num_cpus=0)
-class ParameterShard:
-    """One partition of the parameters, its optimizer, and the update rule (async actor)."""
+class ServerOptimizer:
+    """The servers' optimizers as a training loop sees them: ``param_groups`` holds the
+    hyperparameters the servers were started with (what a loop reports as ``lr``), and
+    ``state`` is empty, since this worker holds no optimizer state. Values set here stay
+    on this worker: the servers keep the ones they were started with."""
 
-    def __init__(self, params: dict[str, torch.Tensor], optimizer_factory: OptimizerFactory, num_workers: int, mode: str, staleness: int):
-        self.names = list(params)
-        self.params = [nn.Parameter(t.detach().clone()) for t in params.values()]
-        self.optimizer = optimizer_factory(self.params)
-        self.num_workers, self.mode, self.staleness = num_workers, mode, staleness
-        self.version = 0  # optimizer steps taken
-        self.clocks = [0] * num_workers  # gradients pushed by each worker
-        self.round_sum: list[torch.Tensor] | None = None
-        self.round_count = 0
-        self.max_ahead = 0
-        self.max_grad_staleness = 0
-        self.changed = asyncio.Condition()
-
-    def _apply(self, grads: list[torch.Tensor]) -> None:
-        for p, g in zip(self.params, grads):
-            p.grad = g
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
-
-    async def push(self, worker: int, grads: list[torch.Tensor], base_version: int) -> int:
-        """Take a worker's gradient (computed on weights ``base_version``); return the version."""
-        async with self.changed:
-            self.max_ahead = max(self.max_ahead, self.clocks[worker] - min(self.clocks))
-            self.clocks[worker] += 1
-            if self.mode == "sync":
-                if self.round_sum is None:
-                    self.round_sum = [g.clone() for g in grads]
-                else:
-                    for acc, g in zip(self.round_sum, grads):
-                        acc += g
-                self.round_count += 1
-                if self.round_count == self.num_workers:
-                    self._apply([acc / self.num_workers for acc in self.round_sum])
-                    self.round_sum, self.round_count = None, 0
-                    self.changed.notify_all()
-                else:
-                    await self.changed.wait_for(lambda: self.version > base_version)
-                return self.version
-            self.max_grad_staleness = max(self.max_grad_staleness, self.version - base_version)
-            # Each worker's gradient is an estimate of the same mean gradient the sync
-            # mode averages; scaling by 1/N keeps an update per round of the same size.
-            self._apply([g / self.num_workers for g in grads])
-            self.changed.notify_all()
-            mine = self.clocks[worker]
-            # Stale-synchronous: run at most `staleness` steps ahead of the slowest worker.
-            await self.changed.wait_for(lambda: mine - min(self.clocks) <= self.staleness)
-            return self.version
-
-    def pull(self) -> tuple[int, list[torch.Tensor]]:
-        return self.version, [p.detach().clone() for p in self.params]
-
-    def stats(self) -> dict[str, int]:
-        return {"version": self.version, "max_ahead": self.max_ahead, "max_grad_staleness": self.max_grad_staleness}
-
-    def get_state(self) -> dict[str, torch.Tensor]:
-        """Weights and optimizer state, keyed by parameter name."""
-        if not self.optimizer.state:
-            self._materialise_optimizer_state()
-        state = {f"model.{n}": p.detach().clone() for n, p in zip(self.names, self.params)}
-        for n, p in zip(self.names, self.params):
-            for key, value in self.optimizer.state[p].items():
-                if value is not None:  # e.g. SGD without momentum keeps no buffer
-                    state[f"optimizer.{n}.{key}"] = torch.as_tensor(value).clone()
-        return state
-
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        self._materialise_optimizer_state()
-        with torch.no_grad():
-            for n, p in zip(self.names, self.params):
-                p.copy_(state[f"model.{n}"])
-                for key, value in list(self.optimizer.state[p].items()):
-                    if value is not None:
-                        self.optimizer.state[p][key] = state[f"optimizer.{n}.{key}"].clone()
-
-    def _materialise_optimizer_state(self) -> None:
-        # A checkpoint is loaded into tensors of the right shape, so a server that has not
-        # stepped yet needs its optimizer state to exist: one step with zero gradients
-        # and a zero learning rate creates it without moving the weights.
-        if self.optimizer.state:
-            return
-        lrs = [g["lr"] for g in self.optimizer.param_groups]
-        for g in self.optimizer.param_groups:
-            g["lr"] = 0.0
-        for p in self.params:
-            p.grad = torch.zeros_like(p)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        for g, lr in zip(self.optimizer.param_groups, lrs):
-            g["lr"] = lr
-
-
-def partition(named: list[tuple[str, nn.Parameter]], parts: int) -> list[list[str]]:
-    """Parameter names per server, largest first onto the least-loaded server."""
-    loads = [0] * parts
-    groups: list[list[str]] = [[] for _ in range(parts)]
-    for name, p in sorted(named, key=lambda item: -item[1].numel()):
-        i = loads.index(min(loads))
-        groups[i].append(name)
-        loads[i] += p.numel()
-    return [g for g in groups if g]
+    def __init__(self, param_groups: list[dict]):
+        self.param_groups = param_groups
+        self.state: dict = {}
 
 
 class ParameterServerModel(ParallelModel):
     strategy = "parameter_server"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        mesh: DeviceMesh,
-        spec: ParallelismSpec,
-        optimizer_factory: OptimizerFactory,
-        loss_fn: LossFn,
-    ):
-        # The optimizer lives on the servers; the base class's local one is never stepped.
-        super().__init__(model, mesh, spec, optimizer_factory, loss_fn)
-        opts = spec.parameter_server
+    def _place(self, model: nn.Module) -> nn.Module:
+        # The servers' weights (rank 0's, see _build_optimizer) overwrite every copy,
+        # so there is nothing to broadcast here.
+        opts = self.spec.parameter_server
         self.mode, self.staleness = opts.mode, opts.staleness
-        named = list(self.module.named_parameters())
+        named = list(model.named_parameters())
         self.params = dict(named)
         self.groups = partition(named, opts.num_servers)
+        return model
+
+    def _build_optimizer(self, optimizer_factory: OptimizerFactory) -> ServerOptimizer:
+        # The optimizer lives on the servers, built there by the same factory.
         self.servers = self._start_servers(optimizer_factory)
         self.versions = [-1] * len(self.servers)  # of this worker's copy, per server
         self.pull_all()
+        return ServerOptimizer(ray.get(self.servers[0].hyperparameters.remote()))
 
     def _start_servers(self, optimizer_factory: OptimizerFactory) -> list:
         ids = [uuid.uuid4().hex[:12] if dist.get_rank() == 0 else None]
@@ -187,7 +91,9 @@ class ParameterServerModel(ParallelModel):
                 )
                 for name, group in zip(names, self.groups)
             ]
-            ray.get([s.stats.remote() for s in servers])  # up before anyone looks them up
+            ray.get(
+                [s.stats.remote() for s in servers]
+            )  # up before anyone looks them up
         dist.barrier()
         if dist.get_rank() != 0:
             servers = [ray.get_actor(name) for name in names]
@@ -215,35 +121,35 @@ class ParameterServerModel(ParallelModel):
             grads = []
             for name in group:
                 p = self.params[name]
-                grads.append(p.grad.detach().cpu() if p.grad is not None else torch.zeros_like(p, device="cpu"))
+                if p.grad is None:
+                    grads.append(torch.zeros_like(p, device="cpu"))
+                else:
+                    grads.append(p.grad.detach().cpu())
             self.comm.bytes += sum(g.nbytes for g in grads)
-            refs.append(self.servers[i].push.remote(self.data_rank, grads, self.versions[i]))
+            refs.append(
+                self.servers[i].push.remote(self.data_rank, grads, self.versions[i])
+            )
         return ray.get(refs)
 
     # -- the training step ----------------------------------------------------------
 
-    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
-        """One step on this worker's batch; returns this worker's loss (no collective)."""
-        return self.local_step(inputs, targets).item()
-
-    def local_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        k = self.spec.grad_accumulation_steps
-        xs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
-        ys = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
-        self.module.train()
-        loss_sum = torch.zeros((), device=self.device)
-        for x, y in zip(xs, ys):
-            with self.autocast():
-                loss = self.loss_fn(self.module(x), y) / k
-            loss.backward()
-            loss_sum += loss.detach()
+    def _apply_grads(self) -> None:
+        """Push this worker's gradient to the servers; pull the parts that are too old."""
         server_versions = self._push()
         self.module.zero_grad(set_to_none=True)
         self.step += 1
         # Sync servers have just stepped, so every copy is one update behind.
-        stale = [i for i, v in enumerate(server_versions) if v - self.versions[i] > self.staleness]
+        stale = [
+            i
+            for i, v in enumerate(server_versions)
+            if v - self.versions[i] > self.staleness
+        ]
         self._pull(stale)
-        return loss_sum
+
+    def before_evaluate(self) -> dict[str, Any]:
+        """Every worker evaluates the servers' latest weights; report the servers' figures."""
+        self.refresh()
+        return self.server_stats()
 
     def refresh(self) -> None:
         """Wait for every worker's pushes, then pull: all workers now hold the same weights."""
@@ -265,8 +171,16 @@ class ParameterServerModel(ParallelModel):
         state: dict = {}
         for part in ray.get([s.get_state.remote() for s in self.servers]):
             state.update(part)
-        model = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
-        optim = {k.removeprefix("optimizer."): v for k, v in state.items() if k.startswith("optimizer.")}
+        model = {
+            k.removeprefix("model."): v
+            for k, v in state.items()
+            if k.startswith("model.")
+        }
+        optim = {
+            k.removeprefix("optimizer."): v
+            for k, v in state.items()
+            if k.startswith("optimizer.")
+        }
         return {"model": model, "optimizer": optim, "step": self.step}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -276,7 +190,13 @@ class ParameterServerModel(ParallelModel):
             for server, group in zip(self.servers, self.groups):
                 part = {f"model.{n}": sd["model"][n] for n in group}
                 prefixes = tuple(f"{n}." for n in group)
-                part.update({f"optimizer.{k}": v for k, v in sd["optimizer"].items() if k.startswith(prefixes)})
+                part.update(
+                    {
+                        f"optimizer.{k}": v
+                        for k, v in sd["optimizer"].items()
+                        if k.startswith(prefixes)
+                    }
+                )
                 calls.append(server.set_state.remote(part))
             ray.get(calls)
         self.step = int(sd["step"])
@@ -286,10 +206,21 @@ class ParameterServerModel(ParallelModel):
         self.refresh()
         if dist.get_rank() != 0:
             return {}
-        return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
+        return {
+            k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()
+        }
 
     def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        raise NotImplementedError("load a parameter-server model from a checkpoint (trainers.checkpoint.restore) instead")
+        """Hand plain weights to the servers (their optimizer state stays); every worker
+        passes the same ones and then holds them."""
+        if dist.get_rank() == 0:
+            ray.get(
+                [
+                    server.set_weights.remote({n: sd[n].detach().cpu() for n in group})
+                    for server, group in zip(self.servers, self.groups)
+                ]
+            )
+        self.refresh()
 
 
 def parallelize_parameter_server(
@@ -298,9 +229,12 @@ def parallelize_parameter_server(
     spec: ParallelismSpec,
     optimizer_factory: OptimizerFactory,
     loss_fn: LossFn,
+    plan: ModelPlan | None = None,
 ) -> ParallelModel:
     if mesh["pipeline"].size() > 1 or mesh["tensor"].size() > 1:
         raise ValueError("strategy parameter_server uses a data axis only")
     if not ray.is_initialized():
-        raise RuntimeError("strategy parameter_server runs its servers as Ray actors: call it inside a Ray worker")
-    return ParameterServerModel(model, mesh, spec, optimizer_factory, loss_fn)
+        raise RuntimeError(
+            "strategy parameter_server runs its servers as Ray actors: call it inside a Ray worker"
+        )
+    return ParameterServerModel(model, mesh, spec, optimizer_factory, loss_fn, plan)

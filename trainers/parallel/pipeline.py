@@ -1,10 +1,10 @@
 """Pipeline parallelism: consecutive blocks on consecutive workers.
 
-Stage ``s`` of ``S`` keeps a contiguous run of the GPT's blocks (earlier stages take
-the remainder when the blocks do not divide evenly, since the last stage also runs
-the head); stage 0 also keeps the embeddings, the last stage the final norm and head.
-Everything else is dropped from the worker's copy of the model, and the names of
-what is kept do not change, so checkpoints line up with the plain model's.
+Stage ``s`` of ``S`` keeps what the model's plan (``ModelPlan.pipeline``, kept with the
+model: the GPT's is ``trainers.models.gpt.parallelize``) gives it: a contiguous run of
+blocks, the embeddings on the first stage, the head on the last. Everything else is
+dropped from the worker's copy of the model, and the names of what is kept do not
+change, so checkpoints line up with the plain model's.
 
 Each batch is cut into ``pipeline.microbatches`` microbatches that flow through the
 stages under ``torch.distributed.pipelining``'s GPipe or 1F1B schedule, which sends
@@ -27,67 +27,27 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from api.schemas import ParallelismSpec
-from trainers.parallel.base import (
-    LossFn,
-    OptimizerFactory,
-    ParallelModel,
-    allreduce_mean,
-    broadcast_from_data_rank0,
-    local_grads,
-    mesh_device,
-    split_batch,
-)
-
-
-def split_gpt_for_stage(model: nn.Module, stage_index: int, num_stages: int) -> nn.Module:
-    """Drop, in place, every part of a ``trainers.gpt.GPT`` that this stage does not run."""
-    names = list(model.blocks.keys())
-    if len(names) < num_stages:
-        raise ValueError(
-            f"{num_stages} pipeline stages but the model has {len(names)} blocks; "
-            "lower parallelism.pipeline.stages"
-        )
-    per_stage, extra = divmod(len(names), num_stages)
-    start = stage_index * per_stage + min(stage_index, extra)
-    stop = start + per_stage + (1 if stage_index < extra else 0)
-    for name in names[:start] + names[stop:]:
-        del model.blocks[name]
-    if stage_index != 0:
-        model.tok_emb = None
-        model.pos_emb = None
-    if stage_index != num_stages - 1:
-        model.ln_f = None
-        model.lm_head = None
-    return model
+from trainers.parallel.base import ParallelModel, split_batch
+from trainers.parallel.plan import missing_plan
 
 
 class PipelineParallelModel(ParallelModel):
     strategy = "pipeline"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        mesh: DeviceMesh,
-        spec: ParallelismSpec,
-        optimizer_factory: OptimizerFactory,
-        loss_fn: LossFn,
-    ):
-        pp_mesh = mesh["pipeline"]
+    def _place(self, model: nn.Module) -> nn.Module:
+        if self.plan.pipeline is None:
+            raise missing_plan(model, "pipeline")
+        pp_mesh = self.mesh["pipeline"]
         self.num_stages = pp_mesh.size()
         self.pp_group = pp_mesh.get_group()
-        stage_index = pp_mesh.get_local_rank()
-        split_gpt_for_stage(model, stage_index, self.num_stages)
-        model.to(mesh_device(mesh))
-        broadcast_from_data_rank0(model, mesh)
-        super().__init__(model, mesh, spec, optimizer_factory, loss_fn)
-        self.stage_index = stage_index
-        self.is_first = stage_index == 0
-        self.is_last = stage_index == self.num_stages - 1
+        self.stage_index = pp_mesh.get_local_rank()
+        self.is_first = self.stage_index == 0
+        self.is_last = self.stage_index == self.num_stages - 1
         self._schedules: dict[tuple[int, ...], ScheduleGPipe | Schedule1F1B] = {}
+        self.plan.pipeline(model, self.stage_index, self.num_stages)
+        return super()._place(model)
 
     def _schedule_for(self, shape: torch.Size) -> ScheduleGPipe | Schedule1F1B:
         # Every worker of the pipeline sees the same batch, so they all build the stage
@@ -95,11 +55,21 @@ class PipelineParallelModel(ParallelModel):
         key = tuple(shape)
         if key not in self._schedules:
             stage = PipelineStage(
-                self.module, self.stage_index, self.num_stages, self.device, group=self.pp_group
+                self.module,
+                self.stage_index,
+                self.num_stages,
+                self.device,
+                group=self.pp_group,
             )
-            schedule_cls = ScheduleGPipe if self.spec.pipeline.schedule == "gpipe" else Schedule1F1B
+            schedule_cls = (
+                ScheduleGPipe
+                if self.spec.pipeline.schedule == "gpipe"
+                else Schedule1F1B
+            )
             self._schedules[key] = schedule_cls(
-                stage, n_microbatches=self.spec.pipeline.microbatches, loss_fn=self.loss_fn
+                stage,
+                n_microbatches=self.spec.pipeline.microbatches,
+                loss_fn=self.loss_fn,
             )
         return self._schedules[key]
 
@@ -107,8 +77,7 @@ class PipelineParallelModel(ParallelModel):
         """The step's loss on the last stage; zero on the others until :meth:`mean_loss`."""
         self.module.train()
         losses = self._run(self._schedule_for(inputs.shape).step, inputs, targets)
-        self._reduce_grads()
-        self._optimizer_step()
+        self._apply_grads()
         return self._stage_loss(losses)
 
     def mean_loss(self, local_loss: torch.Tensor) -> float:
@@ -152,11 +121,6 @@ class PipelineParallelModel(ParallelModel):
         loss = loss.clone()
         dist.broadcast(loss, group=self.pp_group, group_src=self.num_stages - 1)
         return loss
-
-    def _reduce_grads(self) -> None:
-        if self.data_world_size > 1:
-            grads = local_grads(self.module.parameters())
-            self.comm.bytes += allreduce_mean(grads, self.data_group)
 
     def full_model_state_dict(self) -> dict[str, torch.Tensor]:
         local = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}

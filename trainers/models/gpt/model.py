@@ -105,7 +105,9 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.ln_f: nn.LayerNorm | None = nn.LayerNorm(cfg.d_model)
-        self.lm_head: nn.Linear | None = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head: nn.Linear | None = nn.Linear(
+            cfg.d_model, cfg.vocab_size, bias=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A pipeline stage without the embeddings receives hidden states, not token ids.
