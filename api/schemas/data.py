@@ -55,7 +55,7 @@ class TextData(Strict):
     )
 
     def block_counts(self, seq_len: int) -> tuple[int, int]:
-        """(train, val) windows of ``seq_len`` characters, as ``trainers.text_data`` cuts them."""
+        """(train, val) windows of ``seq_len`` characters, as ``trainers.data.text`` cuts them."""
         cut = int(self.n_chars * 0.9)
         return (cut - 1) // seq_len, (self.n_chars - cut - 1) // seq_len
 
