@@ -46,9 +46,10 @@ from api.schemas.events import (
     TrialMetricEvent,
     WorkerFailureEvent,
     WorkerGroupEvent,
-    parse_event,
 )
-from service import lifecycle, logs, rollups, storage
+from service import event_limits, lifecycle, logs, rollups, storage
+from service.event_limits import Dropped, EventLimits, room
+from service.event_push import parse_all
 from service.store import (
     CheckpointRow,
     EventKey,
@@ -70,10 +71,6 @@ KEY_BATCH = 500  # event keys looked up per query
 KEYED: dict[type, type[EventKey]] = {
     MetricEvent: MetricRow, TrialMetricEvent: TrialMetricRow, WorkerGroupEvent: WorkerGroupRow, ExploitEvent: ExploitRow,
 }  # fmt: skip
-
-
-class Dropped(Exception):
-    """An event refused; its message is the reason stored on the job."""
 
 
 def token_hash(token: str) -> str:
@@ -109,13 +106,14 @@ class _Batch:
     """What one transaction of events knows: the keys already stored (read once per
     table, for the seqs the batch holds) and the metric rows to insert together."""
 
-    def __init__(self, s: Session, job: JobRow, events: list[Any]):
-        self.s, self.job = s, job
+    def __init__(self, s: Session, job: JobRow, events: list[Any], limits: EventLimits):
+        self.s, self.job, self.limits = s, job, limits
         self.wanted: defaultdict[type[EventKey], set[int]] = defaultdict(set)
         for e in events:
             if (table := KEYED.get(type(e))) is not None:
                 self.wanted[table].add(e.seq)
         self.stored: dict[type[EventKey], set[int]] = {}
+        self.trials: dict[str, TrialRow] = {}  # trial rows this batch read or made
         self.metrics: list[dict[str, Any]] = []
 
     def seen(self, table: type[EventKey], seq: int) -> bool:
@@ -147,8 +145,9 @@ class Ingest:
     """Takes events and log text into the store. One lock per job keeps a job's two
     channels from interleaving; jobs never wait on each other."""
 
-    def __init__(self, sessions: sessionmaker, storage_path: str, max_log_bytes: int = 64 << 20):
+    def __init__(self, sessions: sessionmaker, storage_path: str, max_log_bytes: int = 64 << 20, limits: EventLimits | None = None):
         self.sessions = sessions
+        self.limits = limits or EventLimits()
         self.storage_path = storage_path
         self.max_log_bytes = max_log_bytes
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -179,19 +178,16 @@ class Ingest:
         """Store events once each, and optionally log text of the current attempt that
         starts at ``log_at``, in one transaction. Never raises for what an event holds.
         False when nothing was taken (no such job, or the log text is not the next)."""
+        parsed, refused = parse_all(raws)  # before the transaction: it holds the write lock
         with self._locks[job_id], self.sessions.begin() as s:
             job = s.get(JobRow, job_id, with_for_update=True)
             if job is None or (log_at is not None and log_at != job.log_offset):
                 return False
             if job.status in RECEIVING:
-                events: list[Any] = []
-                for raw in raws:
-                    try:
-                        events.append(parse_event(raw))
-                    except (ValidationError, ValueError, TypeError, RecursionError) as exc:
-                        self._drop(job, exc)
-                batch = _Batch(s, job, events)
-                for event in events:
+                for exc in refused:
+                    self._drop(job, exc)
+                batch = _Batch(s, job, parsed, self.limits)
+                for event in parsed:
                     try:
                         # Every check of an event comes before its first write: a refused
                         # event leaves nothing behind.
@@ -227,12 +223,12 @@ class Ingest:
                 path = self._own_path(job, event.path)
                 if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
                     return
+                room(self.limits, job, "checkpoints")
+                event_limits.stored(job, "checkpoints")
                 m = event.metrics
                 s.add(CheckpointRow(job_id=job.id, attempt=job.attempt, path=path, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m))
             case WorkerFailureEvent():
-                entry = {"attempt": job.attempt, "at": event.ts, "reason": event.reason[:2000]}
-                if entry not in (job.restarts or []):
-                    job.restarts = [*(job.restarts or []), entry]
+                event_limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
             case ErrorEvent():
                 # Recorded now; the status follows when Ray reports the driver's exit.
                 lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
@@ -243,6 +239,7 @@ class Ingest:
             case WorkerGroupEvent():
                 if batch.seen(WorkerGroupRow, event.seq):
                     return
+                room(self.limits, job, "worker_groups")
                 s.add(WorkerGroupRow(
                     job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts,
                     seq=job.worker_groups_stored, world_size=event.world_size,
@@ -255,7 +252,7 @@ class Ingest:
             case TrialMetricEvent():
                 _trial_metric(s, job, event, batch)
             case TrialEvent():
-                row = _trial(s, job, event.trial_id)
+                row = _trial(s, job, event.trial_id, batch)
                 if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
                     return  # a late, older status must not roll the trial back
                 row.event_attempt, row.event_seq = job.attempt, event.seq
@@ -268,14 +265,17 @@ class Ingest:
                 self._own_path(job, event.checkpoint_path)
                 if batch.seen(ExploitRow, event.seq):
                     return
+                room(self.limits, job, "exploits")
+                trial = _trial(s, job, event.trial_id, batch)
                 batch.stored_now(ExploitRow, event.seq)
+                event_limits.stored(job, "exploits")
                 s.add(ExploitRow(
                     job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts, trial_id=event.trial_id,
                     donor_trial_id=event.donor_trial_id, donor_time=event.donor_time, trial_time=event.trial_time,
                     donor_metric=event.donor_metric, old_config=event.old_config, donor_config=event.donor_config,
                     new_config=event.new_config, checkpoint_path=event.checkpoint_path,
                 ))  # fmt: skip
-                _trial(s, job, event.trial_id).exploits += 1
+                trial.exploits += 1
             case BestTrialEvent():
                 self._own_path(job, event.checkpoint_path)
                 row = s.get(SearchResultRow, job.id) or SearchResultRow(job_id=job.id)
@@ -294,6 +294,7 @@ def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool, batch: _Bat
         # The fast channel only extends an unbroken series; after a gap (the API was
         # down) the log brings the missing reports in order, so seq follows src_seq.
         return
+    room(batch.limits, job, "metrics")
     m = event.metrics
     batch.metrics.append(dict(
         job_id=job.id, attempt=job.attempt, src_seq=event.seq, seq=job.metrics_stored,
@@ -307,25 +308,33 @@ def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool, batch: _Bat
         lifecycle.transition(s, job, JobStatus.RUNNING, reason="training")
 
 
-def _trial(s: Session, job: JobRow, trial_id: str) -> TrialRow:
-    row = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id, TrialRow.trial_id == trial_id))
+def _trial(s: Session, job: JobRow, trial_id: str, batch: _Batch) -> TrialRow:
+    """The trial's row (made on its first event), looked up once per batch."""
+    row = batch.trials.get(trial_id)
     if row is None:
+        row = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id, TrialRow.trial_id == trial_id))
+    if row is None:
+        room(batch.limits, job, "trials")
         row = TrialRow(job_id=job.id, trial_id=trial_id, status="PENDING", config={}, reports=0, exploits=0, event_attempt=0, event_seq=-1)
         s.add(row)
         s.flush()
+        event_limits.stored(job, "trials")
+    batch.trials[trial_id] = row
     return row
 
 
 def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batch) -> None:
     if batch.seen(TrialMetricRow, event.seq):
         return
+    room(batch.limits, job, "trial_reports")
+    row = _trial(s, job, event.trial_id, batch)
     batch.stored_now(TrialMetricRow, event.seq)
+    event_limits.stored(job, "trial_reports")
     m = event.metrics
     s.add(TrialMetricRow(
         job_id=job.id, attempt=job.attempt, src_seq=event.seq, trial_id=event.trial_id, ts=event.ts,
         epoch=_int(m.get("epoch")), step=_int(m.get("step")), values=m, config=event.config,
     ))  # fmt: skip
-    row = _trial(s, job, event.trial_id)
     row.reports += 1
     row.last_metrics = m
     budget = job.spec.get("budget") or {}
@@ -334,6 +343,7 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     value = _float(m.get(job.spec.get("metric")))
     if value is not None and (row.best_metric is None or better(value, row.best_metric, job.spec.get("mode"))):
         row.best_metric = value
+        row.best_attempt, row.best_seq = job.attempt, event.seq  # the report GET /best answers with
 
 
 def better(value: float, than: float, mode: str | None) -> bool:

@@ -18,8 +18,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
 from api.schemas import CODE_REF_PREFIX, CancelledJobs, CancelRefusal, CheckpointPublic, JobList, JobPublic, JobSpec, JobStatus, MetricPoint
-from service import admission, job_records, lifecycle, listing, logs, queue, series, storage, user_code
+from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
+from service.event_limits import EventLimits
+from service.event_push import PushGate, check_search_batch, chunks
 from service.job_records import to_public
 from service.ingest import Ingest
 from service.ray_backend import ClusterUnavailable, RayBackend
@@ -39,7 +41,8 @@ class JobService:
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
-        self.events = Ingest(sessions, settings.resolved_storage_path, settings.max_log_bytes)
+        self.events = Ingest(sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings))
+        self.pushes = PushGate()  # one post of a job's events in flight (service/event_push.py)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
         self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
@@ -268,6 +271,8 @@ class JobService:
         with self.sessions.begin() as s:
             job = self._job(s, job_id)
             status = JobStatus(job.status)
+            if job.deleting:
+                raise Conflict(f"Job {job_id} is being deleted; it cannot be resumed.", code="job_being_deleted")
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
                 raise Conflict(
                     f"Job {job_id} is {status.value}; only FAILED or CANCELLED jobs can be resumed.", code="job_not_resumable"
@@ -290,7 +295,9 @@ class JobService:
                     code="job_not_finished",
                 )
             ray_job_id = job.ray_job_id
-            s.delete(job)
+            job.deleting = True  # a resume now refuses it
+        # A chunk of its rows per transaction, the job row last (service/job_purge.py).
+        job_purge.delete_jobs(self.sessions, [job_id])
         # The rows are gone first: a crash here leaves files, never a row without files.
         storage.delete_tree(self.prefix(job_id))
         if ray_job_id:
@@ -305,4 +312,12 @@ class JobService:
         return self.events.check_token(job_id, token)
 
     def ingest(self, job_id: str, events: list[Any], *, push: bool = False) -> None:
-        self.events.take(job_id, events, push=push)
+        """Events of a job; a post (``push``) is admitted one at a time per job and
+        stored a bounded number of events per transaction (``service/event_push.py``)."""
+        if not push:
+            self.events.take(job_id, events)
+            return
+        check_search_batch(events, self.settings.max_search_events_per_push)
+        with self.pushes.admit(job_id):
+            for part in chunks(events, self.settings.events_per_transaction):
+                self.events.take(job_id, part, push=True)

@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import sessionmaker
 
 from api.schemas import JobStatus
-from service import storage
+from service import job_purge, storage
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import JobRow, aware, store_id, utcnow
@@ -125,8 +125,9 @@ class Retention:
         without its files."""
         if not job_ids:
             return []
-        with self.sessions.begin() as s:
-            gone = list(s.scalars(delete(JobRow).where(JobRow.id.in_(job_ids), JobRow.status.in_(FINISHED)).returning(JobRow.id)))
+        # Marked while still finished (a resume then refuses them), and deleted a chunk of
+        # rows per transaction: a job with a million reports never holds the write lock long.
+        gone = job_purge.delete_jobs(self.sessions, job_purge.mark(self.sessions, job_ids, FINISHED))
         for job_id in gone:
             try:
                 storage.delete_tree(storage.job_prefix(self.storage_path, job_id))

@@ -72,6 +72,20 @@ class Settings(BaseSettings):
             "the middle is dropped and a line in its place says how many bytes. Events in dropped text are still taken in."
         ),
     )
+    # What one job's events may store (service/event_limits.py); past a bound, events are dropped and counted.
+    max_metrics_per_job: int = Field(default=1_000_000, ge=1, lt=2**31, description="Most metric reports stored per job.")
+    max_trial_reports_per_job: int = Field(default=1_000_000, ge=1, lt=2**31, description="Most trial reports stored per search.")
+    max_trials_per_job: int = Field(default=10_000, ge=1, lt=2**31, description="Most trials stored per search.")
+    max_worker_groups_per_job: int = Field(default=10_000, ge=1, lt=2**31, description="Most worker-group starts stored per job.")
+    max_checkpoints_per_job: int = Field(default=100_000, ge=1, lt=2**31, description="Most checkpoint rows stored per job.")
+    max_exploits_per_job: int = Field(default=100_000, ge=1, lt=2**31, description="Most PBT exploits stored per search.")
+    max_restarts_kept: int = Field(default=10, ge=1, le=1000, description="Newest worker restarts a job record lists (all are counted).")
+    max_search_events_per_push: int = Field(
+        default=200, ge=1, le=1000, description="Most search events (trial reports, trial statuses, exploits) in one events post."
+    )
+    events_per_transaction: int = Field(
+        default=100, ge=1, le=1000, description="Events of a post stored per transaction, so a push holds the write lock briefly."
+    )
     retention_days: float | None = Field(
         default=None, gt=0, description="Delete finished jobs (rows and storage) this many days after they finished."
     )

@@ -6,11 +6,8 @@ and are stored once each (``seen``); they go with their job (ON DELETE CASCADE).
 
 from __future__ import annotations
 
-import os
 import secrets
-import stat
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -25,16 +22,14 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    create_engine,
-    event,
     false,
     func,
     select,
 )
-from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column, sessionmaker
 
-from service.sqlite_writes import serialize_writes
+# The engine lives in its own module; these names stay importable from here.
+from service.engine import make_engine, make_sessionmaker, migrate  # noqa: F401
 
 
 def utcnow() -> datetime:
@@ -87,6 +82,14 @@ class JobRow(Base):
     attempt_metrics: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # metrics of attempt `attempt_metrics_of`
     attempt_metrics_of: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_groups_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Rows a job's events made, each kind capped per job (service/event_limits.py).
+    trial_metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    trials_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    checkpoints_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    exploits_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    restarts_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # `restarts` keeps the newest few
+    # Set while its rows are deleted a chunk at a time (service/job_purge.py): it can no longer be resumed.
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     log_end: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # chars of every attempt's log taken in
     log_stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what the chunks hold now
     # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
@@ -265,7 +268,8 @@ class CheckpointRow(Base):
 
 class TrialRow(Base):
     __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("job_id", "trial_id"),)
+    # The best so far of a search is the first row of this index (GET /v1/jobs/{id}/best).
+    __table_args__ = (UniqueConstraint("job_id", "trial_id"), Index("ix_trials_job_best", "job_id", "best_metric"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -277,6 +281,8 @@ class TrialRow(Base):
     last_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     best_metric: Mapped[float | None] = mapped_column(Float)
     last_time: Mapped[float | None] = mapped_column(Float)  # its latest epoch or step
+    best_attempt: Mapped[int | None] = mapped_column(Integer)  # the key of the report that holds best_metric
+    best_seq: Mapped[int | None] = mapped_column(Integer)
     exploits: Mapped[int] = mapped_column(Integer, default=0)
     note: Mapped[str | None] = mapped_column(Text)
     # (attempt, seq) of the status event applied last: older ones arriving late are ignored.
@@ -341,53 +347,6 @@ def store_id(sessions: sessionmaker) -> str:
         return row.value
 
 
-def make_engine(url: str) -> Engine:
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(conn, _record) -> None:
-            # WAL lets readers (streams, list calls) run while the monitor writes.
-            cur = conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.close()
-
-        serialize_writes(engine)  # service/sqlite_writes.py
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
-    migrate(engine)
-    if url.startswith("sqlite:///"):
-        _owner_only(path)
-    return engine
-
-
-def _owner_only(db: Path) -> None:
-    # The store holds every job's record: readable by the server's user alone.
-    for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-        if p.exists() and stat.S_IMODE(p.stat().st_mode) & 0o077:
-            os.chmod(p, 0o600)
-
-
 def import_models() -> None:
     """Kept for callers that want every table registered: they all live in this module."""
 
-
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (creating it on a new database)."""
-    from alembic import command
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", "service:migrations")
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-
-
-def make_sessionmaker(engine: Engine) -> sessionmaker:
-    return sessionmaker(engine, expire_on_commit=False)

@@ -85,18 +85,13 @@ class TrialService:
                     trial_id=final.trial_id, metric=metric, mode=mode, value=final.value, config=final.config,
                     metrics=final.values, final=True, checkpoint=_checkpoint(s, job_id, final.checkpoint_path),
                 )  # fmt: skip
-            best: TrialMetricRow | None = None
-            for row in s.scalars(select(TrialMetricRow).where(TrialMetricRow.job_id == job_id)):
-                value = _float(row.values.get(metric))
-                if value is not None and (best is None or _better(value, float(best.values[metric]), mode)):
-                    best = row
+            best = best_report(s, job_id, metric, mode)
             if best is None:
                 raise NotFound(f"Search {job_id} has no report of {metric!r} yet.", code="no_reports")
             return BestTrialPublic(
                 trial_id=best.trial_id, metric=metric, mode=mode, value=float(best.values[metric]),
                 config=best.config, metrics=best.values, final=False,
             )  # fmt: skip
-
 
     def replay(self, job_id: str) -> TrainSpec:
         """The best trial of a finished search as a ``kind: train`` spec (``service.replay``)."""
@@ -116,6 +111,30 @@ class TrialService:
             ]
             configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
             return replay_spec(TuneSpec.model_validate(job.spec), final.trial_id, exploits, configs)
+
+
+def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -> TrialMetricRow | None:
+    """The search's best report so far: the trial whose best value ingestion keeps is the
+    best (the first row of ``ix_trials_job_best``; a tie goes to the earliest report), and
+    the report holding it is read by its key. Never a read of every report."""
+    value = TrialRow.best_metric.desc() if mode == "max" else TrialRow.best_metric.asc()
+    q = select(TrialRow).where(TrialRow.job_id == job_id, TrialRow.best_metric.is_not(None))
+    trial = s.scalars(q.order_by(value, TrialRow.best_attempt, TrialRow.best_seq, TrialRow.id).limit(1)).first()
+    if trial is None:
+        return None
+    if trial.best_seq is not None:
+        key = (TrialMetricRow.attempt == trial.best_attempt, TrialMetricRow.src_seq == trial.best_seq)
+        report = s.scalar(select(TrialMetricRow).where(TrialMetricRow.job_id == job_id, *key))
+        if report is not None:
+            return report
+    # A best kept before the report's key was (stores older than migration 0005): that trial's reports.
+    best: TrialMetricRow | None = None
+    q = select(TrialMetricRow).where(TrialMetricRow.job_id == job_id, TrialMetricRow.trial_id == trial.trial_id)
+    for row in s.scalars(q.order_by(TrialMetricRow.attempt, TrialMetricRow.src_seq)):
+        v = _float(row.values.get(metric))
+        if v is not None and (best is None or _better(v, float(best.values[metric]), mode)):
+            best = row
+    return best
 
 
 def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:

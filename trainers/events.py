@@ -14,9 +14,11 @@ events themselves are the typed models of ``api.schemas``.
 from __future__ import annotations
 
 import queue
+import random
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -58,11 +60,14 @@ def sendable_metrics(values: dict[str, Any]) -> dict[str, Any]:
 class _Pusher:
     """Posts events to the server from a daemon thread so training never waits on HTTP.
     Events that queued up while a post was under way go together in the next one (a JSON
-    array, stored in one transaction). A failed post is dropped: the log line is the
-    record of truth."""
+    array). A post the server turns away with 429 (another post of the job is being
+    stored: the driver, the controller and a search's trials each push) is sent again
+    after its ``Retry-After``, in order; any other failed post is dropped: the log line
+    is the record of truth."""
 
     MAX_BATCH = 200  # events in one post
     MAX_BATCH_BYTES = 256 * 1024  # well under the server's request cap
+    MAX_BUSY_WAIT_S = 60.0  # how long one post is retried while the server says 429
 
     def __init__(self, url: str, token: str | None):
         self.url, self.token = url, token
@@ -90,22 +95,42 @@ class _Pusher:
         stop = False
         while not stop and (first := self.q.get()) is not None:
             batch, stop = self._batch(first)
-            req = urllib.request.Request(self.url, data=b"[" + b",".join(batch) + b"]", method="POST")
+            try:
+                self._post(b"[" + b",".join(batch) + b"]")
+            finally:
+                for _ in batch:
+                    self.q.task_done()
+
+    def _post(self, body: bytes) -> None:
+        deadline = time.monotonic() + self.MAX_BUSY_WAIT_S
+        while True:
+            req = urllib.request.Request(self.url, data=body, method="POST")
             req.add_header("Content-Type", "application/json")
             if self.token:
                 req.add_header("Authorization", f"Bearer {self.token}")
             try:
                 urllib.request.urlopen(req, timeout=5).read()
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 429 or time.monotonic() >= deadline:
+                    return  # refused: the log carries the events
+                time.sleep(_retry_after(exc.headers.get("Retry-After")))
             except Exception:  # noqa: BLE001 - best effort; the log carries the event
-                pass
-            finally:
-                for _ in batch:
-                    self.q.task_done()
+                return
 
     def flush(self, timeout: float = 3.0) -> None:
         deadline = time.monotonic() + timeout
         while self.q.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def _retry_after(value: str | None) -> float:
+    """The seconds a 429 asks to wait (0.05 to 5), with jitter so posts of one job spread out."""
+    try:
+        wait = float(value) if value else 1.0
+    except ValueError:
+        wait = 1.0
+    return min(max(wait, 0.05), 5.0) * random.uniform(0.5, 1.0)
 
 
 _pusher: _Pusher | None = None

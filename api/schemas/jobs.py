@@ -33,12 +33,15 @@ class JobPublic(BaseModel):
         default=None, description="1-based place in the queue while QUEUED, as of the monitor's last pass (null until then)."
     )
     dropped_events: int = Field(
-        default=0, description="Events from the job's driver that did not validate and were ignored."
+        default=0, description="Events from the job's driver that were ignored: they did not validate, or the job was past a per-job bound."
     )
     last_dropped_reason: str | None = Field(default=None, description="Why the last ignored event was refused.")
     restarts: list["RestartInfo"] = Field(
-        default_factory=list, description="Worker-group restarts from checkpoint within the job's attempts, with why."
+        default_factory=list,
+        description="The newest worker-group restarts from checkpoint within the job's attempts, with why "
+        "(at most RAYDOCK_MAX_RESTARTS_KEPT; `restarts_total` counts them all).",
     )
+    restarts_total: int = Field(default=0, description="Worker-group restarts in all, listed or not.")
 
 
 MAX_CANCEL_IDS = 1000

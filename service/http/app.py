@@ -116,7 +116,8 @@ def _body(err: RaydockError, headers: dict[str, str] | None = None) -> JSONRespo
 
 
 async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
-    return _body(exc)
+    retry = getattr(exc, "retry_after_s", None)  # a 429 says when to come back
+    return _body(exc, {"Retry-After": str(retry)} if retry else None)
 
 
 async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
