@@ -23,13 +23,27 @@ from typing import Any
 
 import httpx
 
-from api.schemas import WorkerGroupPublic
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
 from api.errors import RaydockError, error_from_body
-from api.schemas import CodePackagePublic
-from api.schemas import MAX_CANCEL_IDS, CancelledJobs, CheckpointPublic, ClusterInfo, JobList, JobPublic, JobSpec, JobStatus, MetricPoint, parse_job_spec
-from api.schemas import BestTrialPublic, ExploitPublic, TrainSpec, TrialMetricPoint, TrialPublic
-
+from api.schemas import (
+    MAX_CANCEL_IDS,
+    BestTrialPublic,
+    CancelledJobs,
+    CheckpointPublic,
+    ClusterInfo,
+    CodePackagePublic,
+    ExploitPublic,
+    JobList,
+    JobPublic,
+    JobSpec,
+    JobStatus,
+    MetricPoint,
+    TrainSpec,
+    TrialMetricPoint,
+    TrialPublic,
+    WorkerGroupPublic,
+    parse_job_spec,
+)
 
 DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
 
@@ -65,9 +79,13 @@ class Client:
     # ------------------------------------------------------------------ jobs
 
     def submit(
-        self, spec: JobSpec | dict[str, Any], idempotency_key: str | None = None, *,
-        base_dir: str | Path | None = None, progress: Progress | None = None,
-    ) -> "Job":  # fmt: skip
+        self,
+        spec: JobSpec | dict[str, Any],
+        idempotency_key: str | None = None,
+        *,
+        base_dir: str | Path | None = None,
+        progress: Progress | None = None,
+    ) -> "Job":
         """Submit a job. A dict is validated locally first, so typos fail before the network.
         With ``idempotency_key``, a retried submit returns the job the first one created.
         A user-code spec's ``working_dir`` is a directory on this machine (relative to
@@ -80,7 +98,9 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers=headers).json()))
 
-    def upload_code(self, directory: str | Path, excludes: list[str] | None = None, progress: Progress | None = None) -> CodeUpload:
+    def upload_code(
+        self, directory: str | Path, excludes: list[str] | None = None, progress: Progress | None = None
+    ) -> CodeUpload:
         """Package ``directory`` (deterministic zip, .gitignore-style ``excludes`` and the
         default ones) and upload it unless the server has it; ``progress(phase, done,
         total)`` sees the files packed and the bytes sent. The job spec names it as
@@ -94,11 +114,19 @@ class Client:
         return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))
 
     def list(
-        self, status: JobStatus | str | None = None, labels: dict[str, str] | None = None, limit: int = 50, offset: int = 0,
+        self,
+        status: JobStatus | str | None = None,
+        labels: dict[str, str] | None = None,
+        limit: int = 50,
+        offset: int = 0,
         cursor: str | None = None,
-    ) -> JobList:  # fmt: skip
+    ) -> JobList:
         """One page, newest first; pass a page's ``next`` as ``cursor`` for the one after it."""
-        params: dict[str, Any] = {"limit": limit, "offset": offset, "label": [f"{k}={v}" for k, v in (labels or {}).items()]}
+        params: dict[str, Any] = {
+            "limit": limit,
+            "offset": offset,
+            "label": [f"{k}={v}" for k, v in (labels or {}).items()],
+        }
         if status:
             params["status"] = JobStatus(status).value
         if cursor:
@@ -184,7 +212,9 @@ class Job:
         series downsampled for a chart (each point the last report of a bucket, with the
         bucket's ``metrics_min`` / ``metrics_max``)."""
         if max_points is not None:
-            data = self.client.request("GET", f"/v1/jobs/{self.id}/metrics", params={"since": since, "max_points": max_points}).json()
+            data = self.client.request(
+                "GET", f"/v1/jobs/{self.id}/metrics", params={"since": since, "max_points": max_points}
+            ).json()
             return [MetricPoint.model_validate(m) for m in data]
         return list(self.iter_metrics(since, page_size=page_size))
 
@@ -201,7 +231,9 @@ class Job:
 
     def stream_metrics(self, since: int = -1) -> Iterator[MetricPoint]:
         """Yield each report as the server receives it, until the job ends."""
-        with self.client.http.stream("GET", f"/v1/jobs/{self.id}/metrics/stream", params={"since": since}, timeout=None) as r:
+        with self.client.http.stream(
+            "GET", f"/v1/jobs/{self.id}/metrics/stream", params={"since": since}, timeout=None
+        ) as r:
             if r.status_code >= 400:
                 r.read()
                 raise error_from_body(r.status_code, r.json())
@@ -240,7 +272,9 @@ class Job:
         return [TrialPublic.model_validate(t) for t in data]
 
     def trial_metrics(self, trial_id: str, since: int = -1) -> list[TrialMetricPoint]:
-        data = self.client.request("GET", f"/v1/jobs/{self.id}/trials/{trial_id}/metrics", params={"since": since}).json()
+        data = self.client.request(
+            "GET", f"/v1/jobs/{self.id}/trials/{trial_id}/metrics", params={"since": since}
+        ).json()
         return [TrialMetricPoint.model_validate(m) for m in data]
 
     def lineage(self) -> list[ExploitPublic]:

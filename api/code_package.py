@@ -34,9 +34,19 @@ from api.schemas.code import CODE_REF_PREFIX
 TOP = "code"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 DEFAULT_EXCLUDES = (
-    ".git/", ".hg/", ".svn/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".pytest_cache/",
-    ".mypy_cache/", ".ruff_cache/", ".ipynb_checkpoints/", ".DS_Store",
-)  # fmt: skip
+    ".git/",
+    ".hg/",
+    ".svn/",
+    ".venv/",
+    "venv/",
+    "__pycache__/",
+    "*.pyc",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".ipynb_checkpoints/",
+    ".DS_Store",
+)
 DATA_SUFFIXES = frozenset(
     ".csv .tsv .parquet .arrow .feather .jsonl .npy .npz .pt .pth .ckpt .safetensors .bin .h5 .hdf5 "
     ".pkl .pickle .joblib .onnx .tfrecord .tar .tgz .gz .zip .bz2 .xz .7z .png .jpg .jpeg .wav .mp4".split()
@@ -110,7 +120,7 @@ class _Caps:
             "the job does not need (a .gitignore or .rayignore file, runtime_env.excludes), or ask the operator to "
             "raise the cap.",
             details=[{"cap": cap, "biggest": [{"path": p, "bytes": n} for n, p in self.biggest.largest()]}],
-        )  # fmt: skip
+        )
 
 
 def biggest_files(biggest: list[tuple[int, str]]) -> str:
@@ -122,7 +132,9 @@ def file_size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
 
-def package_files(root: Path, excludes: list[str] | None = None, *, threshold: int = DATA_FILE_THRESHOLD) -> tuple[list[tuple[str, Path]], list[tuple[str, int]]]:
+def package_files(
+    root: Path, excludes: list[str] | None = None, *, threshold: int = DATA_FILE_THRESHOLD
+) -> tuple[list[tuple[str, Path]], list[tuple[str, int]]]:
     """The files a package of ``root`` holds, as sorted ``(name in the zip, path)``, and
     the data files left out for their size."""
     chosen: list[tuple[str, Path]] = []
@@ -180,8 +192,9 @@ def build_package(
         raise InvalidSpec(
             f"working_dir {str(root)!r} is not a directory on this machine. Give the directory of your code "
             "(relative to the spec file, or absolute).",
-            code="working_dir_not_found", details=[{"loc": ["working_dir"], "msg": "not a directory"}],
-        )  # fmt: skip
+            code="working_dir_not_found",
+            details=[{"loc": ["working_dir"], "msg": "not a directory"}],
+        )
     files, left_out = package_files(root, excludes, threshold=threshold)
     caps = _Caps(max_bytes, max_files, root)
     sizes = []

@@ -27,6 +27,7 @@ class Client(Protocol):
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response: ...
 
+
 Progress = Callable[[str, int, int], None]  # (phase "files" | "bytes", done, total)
 PIECE = 256 * 1024
 UPLOAD_TIMEOUT = httpx.Timeout(30.0, read=600.0, write=600.0)
@@ -54,7 +55,9 @@ def upload_code(
     client: Client, directory: str | os.PathLike, excludes: list[str] | None = None, progress: Progress | None = None
 ) -> CodeUpload:
     limits = CodeLimits.model_validate(client.request("GET", "/v1/code").json())
-    package = build_package(directory, excludes, max_bytes=limits.max_bytes, max_files=limits.max_files, progress=progress)
+    package = build_package(
+        directory, excludes, max_bytes=limits.max_bytes, max_files=limits.max_files, progress=progress
+    )
     try:
         return _send(client, package, progress)
     finally:
@@ -63,7 +66,13 @@ def upload_code(
 
 def _send(client: Client, package: Package, progress: Progress | None) -> CodeUpload:
     path = f"/v1/code/{package.sha256}"
-    facts = dict(sha256=package.sha256, files=package.files, size_bytes=package.size, content_bytes=package.content_bytes, left_out=package.left_out)
+    facts = dict(
+        sha256=package.sha256,
+        files=package.files,
+        size_bytes=package.size,
+        content_bytes=package.content_bytes,
+        left_out=package.left_out,
+    )
     if client.http.head(path).status_code == 200:
         return CodeUpload(**facts, status=200, sent_bytes=0)
 

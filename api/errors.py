@@ -14,7 +14,14 @@ class RaydockError(Exception):
     status: int = 400
     code: str = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None, details: list[dict[str, Any]] | None = None, status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: list[dict[str, Any]] | None = None,
+        status: int | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.code = code or type(self).code
@@ -63,10 +70,13 @@ class CodeTooLarge(InvalidSpec):
 
 
 _BY_CODE: dict[str, type[RaydockError]] = {
-    c.code: c for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable, CodeTooLarge)
+    c.code: c
+    for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable, CodeTooLarge)
 }
 # A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
-_BY_STATUS: dict[int, type[RaydockError]] = {c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)}
+_BY_STATUS: dict[int, type[RaydockError]] = {
+    c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)
+}
 
 
 def error_from_body(status: int, body: Any) -> RaydockError:

@@ -36,7 +36,6 @@ import http.client
 import inspect
 import json
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -90,14 +89,30 @@ def seed(database_url: str, n: int, queued: int) -> None:
                 created = now - timedelta(seconds=2 * (n - i))
                 waiting = i >= n - queued
                 status = "QUEUED" if waiting else FINISHED[i % len(FINISHED)]
-                jobs.append({
-                    **typed, "id": job_id, "name": f"seeded-{i}", "kind": "train", "status": status,
-                    "status_reason": "waiting to be scheduled" if waiting else "training finished",
-                    "labels": {"team": f"t{i % 20}", "bench": "yes"}, "spec": body, "created_at": created,
-                    "queued_at": created, "finished_at": None if waiting else created + timedelta(seconds=1),
-                    "priority": i % 3, "attempt": 0 if waiting else 1, "log_offset": 0, "restarts": [], "dropped_events": 0,
-                })  # fmt: skip
-                labels += [{"job_id": job_id, "key": k, "value": v, "created_at": created} for k, v in (("team", f"t{i % 20}"), ("bench", "yes"))]
+                jobs.append(
+                    {
+                        **typed,
+                        "id": job_id,
+                        "name": f"seeded-{i}",
+                        "kind": "train",
+                        "status": status,
+                        "status_reason": "waiting to be scheduled" if waiting else "training finished",
+                        "labels": {"team": f"t{i % 20}", "bench": "yes"},
+                        "spec": body,
+                        "created_at": created,
+                        "queued_at": created,
+                        "finished_at": None if waiting else created + timedelta(seconds=1),
+                        "priority": i % 3,
+                        "attempt": 0 if waiting else 1,
+                        "log_offset": 0,
+                        "restarts": [],
+                        "dropped_events": 0,
+                    }
+                )
+                labels += [
+                    {"job_id": job_id, "key": k, "value": v, "created_at": created}
+                    for k, v in (("team", f"t{i % 20}"), ("bench", "yes"))
+                ]
             conn.execute(insert(JobRow), jobs)
             conn.execute(insert(JobLabelRow), labels)
     if engine.dialect.name == "postgresql":  # what autovacuum does to a table that grew: statistics, visibility map
@@ -170,8 +185,10 @@ def rate(rps: float, lat: list[float], cpu_s: float, client_cpu_s: float) -> str
     shows in the wall-clock figures, less in the CPU per request."""
     per = len(lat)
     load = os.getloadavg()[0]
-    return (f"{rps:,.0f} req/s, p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; CPU/req server {ms(cpu_s / per)}, "
-            f"client {ms(client_cpu_s / per)}; load {load:.1f}")  # fmt: skip
+    return (
+        f"{rps:,.0f} req/s, p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; CPU/req server {ms(cpu_s / per)}, "
+        f"client {ms(client_cpu_s / per)}; load {load:.1f}"
+    )
 
 
 def server_cpu(server: ServerProcess) -> float:
@@ -188,7 +205,9 @@ def timed_gets(server: ServerProcess, c: httpx.Client, path: str, params: dict, 
         r = c.get(path, params=params)
         lat.append(time.perf_counter() - t0)
         assert r.status_code == 200, r.text
-    return f"p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; server CPU {ms((server_cpu(server) - cpu0) / times)}/req"
+    return (
+        f"p50 {ms(pct(lat, 0.5))}, p99 {ms(pct(lat, 0.99))}; server CPU {ms((server_cpu(server) - cpu0) / times)}/req"
+    )
 
 
 def tick_figures(database_url: str, data_dir: Path, dead: str) -> tuple[str, str]:
@@ -199,18 +218,26 @@ def tick_figures(database_url: str, data_dir: Path, dead: str) -> tuple[str, str
     monitor = Monitor(service)
     engine = service.sessions.kw["bind"]
     written = []
-    event.listen(engine, "after_cursor_execute", lambda conn, cur, stmt, *a: written.append(cur.rowcount if stmt.lstrip().upper().startswith("UPDATE") else 0))
+    event.listen(
+        engine,
+        "after_cursor_execute",
+        lambda conn, cur, stmt, *a: written.append(cur.rowcount if stmt.lstrip().upper().startswith("UPDATE") else 0),
+    )
     out = []
     for _ in range(2):
         written.clear()
         t0, c0 = time.perf_counter(), time.process_time()
         monitor.tick()
-        out.append(f"{ms(time.perf_counter() - t0)} ({ms(time.process_time() - c0)} CPU), {sum(written):,} rows written")
+        out.append(
+            f"{ms(time.perf_counter() - t0)} ({ms(time.process_time() - c0)} CPU), {sum(written):,} rows written"
+        )
     engine.dispose()
     return out[0], out[1]
 
 
-def measure(n: int, database_url: str, data_dir: Path, seconds: float, events: bool = True) -> list[tuple[str, str, str]]:
+def measure(
+    n: int, database_url: str, data_dir: Path, seconds: float, events: bool = True
+) -> list[tuple[str, str, str]]:
     dead = f"http://127.0.0.1:{free_ports(1)[0]}"
     t0 = time.perf_counter()
     seed(database_url, n, QUEUED)
@@ -225,11 +252,20 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float, events: b
         engine = make_engine(database_url)
         with engine.connect() as conn:
             waiting = list(conn.scalars(select(JobRow.id).where(JobRow.status == "QUEUED")))
-            middle = conn.execute(select(JobRow.created_at, JobRow.id).order_by(JobRow.created_at.desc(), JobRow.id.desc()).offset(n // 2).limit(1)).one()
+            middle = conn.execute(
+                select(JobRow.created_at, JobRow.id)
+                .order_by(JobRow.created_at.desc(), JobRow.id.desc())
+                .offset(n // 2)
+                .limit(1)
+            ).one()
         engine.dispose()
         cpu0 = server_cpu(server)
-        rps, lat, client_cpu = hammer(server.url, lambda c, i: c.request("GET", f"/v1/jobs/{waiting[i % len(waiting)]}"), seconds)
-        rows.append(("GET /v1/jobs/{id} (queued)", rate(rps, lat, server_cpu(server) - cpu0, client_cpu), TARGETS["get"]))
+        rps, lat, client_cpu = hammer(
+            server.url, lambda c, i: c.request("GET", f"/v1/jobs/{waiting[i % len(waiting)]}"), seconds
+        )
+        rows.append(
+            ("GET /v1/jobs/{id} (queued)", rate(rps, lat, server_cpu(server) - cpu0, client_cpu), TARGETS["get"])
+        )
         with httpx.Client(base_url=server.url, timeout=60) as c:
             for what, params in (
                 ("first page", {}),
@@ -239,11 +275,23 @@ def measure(n: int, database_url: str, data_dir: Path, seconds: float, events: b
                 ("offset=N/2 (no cursor)", {"offset": n // 2}),
             ):
                 target = TARGETS["list"] if "offset" not in what else "- (use the cursor)"
-                rows.append((f"GET /v1/jobs?limit=50, {what}", timed_gets(server, c, "/v1/jobs", {"limit": 50, **params}), target))
+                rows.append(
+                    (
+                        f"GET /v1/jobs?limit=50, {what}",
+                        timed_gets(server, c, "/v1/jobs", {"limit": 50, **params}),
+                        target,
+                    )
+                )
         spec = digits_spec(name="posted")
         cpu0 = server_cpu(server)
         rps, lat, client_cpu = hammer(server.url, lambda c, i: c.request("POST", "/v1/jobs", spec), seconds)
-        rows.append(("POST /v1/jobs (server CPU includes the monitor's ticks)", rate(rps, lat, server_cpu(server) - cpu0, client_cpu), TARGETS["post"]))
+        rows.append(
+            (
+                "POST /v1/jobs (server CPU includes the monitor's ticks)",
+                rate(rps, lat, server_cpu(server) - cpu0, client_cpu),
+                TARGETS["post"],
+            )
+        )
         with make_engine(database_url).connect() as conn:
             posted = list(conn.scalars(select(JobRow.id).where(JobRow.status == "QUEUED", JobRow.name == "posted")))
         rows.append(cancel_one_by_one(server, posted))
@@ -320,10 +368,18 @@ def main() -> None:
     finally:
         if pg is not None:
             pg.stop()
-    print(f"\n| what ({args.db}, {THREADS} client threads, 2 cores) | " + " | ".join(f"N = {n:,}" for n in results) + " | target |")
+    print(
+        f"\n| what ({args.db}, {THREADS} client threads, 2 cores) | "
+        + " | ".join(f"N = {n:,}" for n in results)
+        + " | target |"
+    )
     print("|---|" + "---|" * len(results) + "---|")
     for i, (what, _, target) in enumerate(next(iter(results.values()))):
-        print(f"| {what} | " + " | ".join(rows[i][1] if i < len(rows) else "" for rows in results.values()) + f" | {target} |")
+        print(
+            f"| {what} | "
+            + " | ".join(rows[i][1] if i < len(rows) else "" for rows in results.values())
+            + f" | {target} |"
+        )
 
 
 if __name__ == "__main__":

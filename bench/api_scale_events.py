@@ -48,7 +48,12 @@ CKPT_MB = 200
 
 
 def _metric(i: int) -> dict:
-    return {"type": "metric", "seq": i, "ts": 1.0 + i, "metrics": {"loss": 1.0 / (i + 1), "acc": (i % 100) / 100, "step": i, "epoch": i // 1000}}
+    return {
+        "type": "metric",
+        "seq": i,
+        "ts": 1.0 + i,
+        "metrics": {"loss": 1.0 / (i + 1), "acc": (i % 100) / 100, "step": i, "epoch": i // 1000},
+    }
 
 
 class Bench:
@@ -76,7 +81,9 @@ class Bench:
         if not names & set(values):
             return
         with self.service.sessions.begin() as s:
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(**{k: v for k, v in values.items() if k in names}))
+            s.execute(
+                update(JobRow).where(JobRow.id == job_id).values(**{k: v for k, v in values.items() if k in names})
+            )
 
     def seed_metrics(self, job_id: str, n: int) -> None:
         try:  # what ingestion maintains beside the rows, on trees that have it
@@ -85,7 +92,19 @@ class Bench:
             rollups = None
         with self.service.sessions.begin() as s:
             for start in range(0, n, 8192):
-                rows = [dict(job_id=job_id, attempt=1, src_seq=i, seq=i, ts=1.0 + i, step=i, epoch=i // 1000, values=_metric(i)["metrics"]) for i in range(start, min(start + 8192, n))]
+                rows = [
+                    dict(
+                        job_id=job_id,
+                        attempt=1,
+                        src_seq=i,
+                        seq=i,
+                        ts=1.0 + i,
+                        step=i,
+                        epoch=i // 1000,
+                        values=_metric(i)["metrics"],
+                    )
+                    for i in range(start, min(start + 8192, n))
+                ]
                 s.execute(insert(MetricRow), rows)
                 if rollups is not None:
                     rollups.add(s, job_id, rows)
@@ -172,7 +191,9 @@ PARTS = ("ingest", "metrics", "logs", "checkpoint")
 POINTS = (20_000, 100_000)
 
 
-def rows(database_url: str | None = None, only: tuple[str, ...] = PARTS, points: tuple[int, ...] = POINTS) -> list[tuple[str, str, str]]:
+def rows(
+    database_url: str | None = None, only: tuple[str, ...] = PARTS, points: tuple[int, ...] = POINTS
+) -> list[tuple[str, str, str]]:
     """(what, figure, target) rows of the parts named in ``only``; its own server, on
     SQLite or on ``database_url``'s PostgreSQL when one is given."""
     with tempfile.TemporaryDirectory(prefix="raydock-bench-events-") as tmp:
@@ -209,8 +230,20 @@ def _metrics(b: Bench, points: tuple[int, ...]) -> list[tuple[str, str, str]]:
             job = b.running_job()
             b.seed_metrics(job, n)
         path = f"/v1/jobs/{job}/metrics"
-        out.append((f"GET metrics, {n // 1000:,}k-point job, max_points=500", b.timed_get(path, {"max_points": 500}), "< 50 ms"))
-        out.append((f"GET metrics, {n // 1000:,}k-point job, since=N/3, max_points=500", b.timed_get(path, {"since": n // 3, "max_points": 500}), "< 50 ms"))
+        out.append(
+            (
+                f"GET metrics, {n // 1000:,}k-point job, max_points=500",
+                b.timed_get(path, {"max_points": 500}),
+                "< 50 ms",
+            )
+        )
+        out.append(
+            (
+                f"GET metrics, {n // 1000:,}k-point job, since=N/3, max_points=500",
+                b.timed_get(path, {"since": n // 3, "max_points": 500}),
+                "< 50 ms",
+            )
+        )
     return out
 
 
@@ -228,7 +261,13 @@ def _logs(b: Bench, _points: tuple[int, ...]) -> list[tuple[str, str, str]]:
             assert r.status_code == 200 and r.text == ""
 
     _, mib = b.peak_rss(poll)
-    out.append((f"empty follow poll, {LOG_MB} MB stored log", f"p50 {statistics.median(polls) * 1000:,.1f} ms, server peak +{mib:,.0f} MiB", "independent of log size"))
+    out.append(
+        (
+            f"empty follow poll, {LOG_MB} MB stored log",
+            f"p50 {statistics.median(polls) * 1000:,.1f} ms, server peak +{mib:,.0f} MiB",
+            "independent of log size",
+        )
+    )
     return out
 
 
@@ -245,7 +284,13 @@ def _checkpoint(b: Bench, _points: tuple[int, ...]) -> list[tuple[str, str, str]
         assert size > CKPT_MB << 20
 
     took, mib = b.peak_rss(download)
-    out.append((f"checkpoint download, {CKPT_MB} MB", f"{took:,.1f} s, server peak +{mib:,.0f} MiB", "constant memory (streamed)"))
+    out.append(
+        (
+            f"checkpoint download, {CKPT_MB} MB",
+            f"{took:,.1f} s, server peak +{mib:,.0f} MiB",
+            "constant memory (streamed)",
+        )
+    )
     return out
 
 
@@ -255,7 +300,13 @@ MEASURES = {"ingest": _ingest, "metrics": _metrics, "logs": _logs, "checkpoint":
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="the rows to measure")
-    ap.add_argument("--points", type=int, nargs="+", default=list(POINTS), help="series lengths of the ingestion and max_points rows")
+    ap.add_argument(
+        "--points",
+        type=int,
+        nargs="+",
+        default=list(POINTS),
+        help="series lengths of the ingestion and max_points rows",
+    )
     ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     args = ap.parse_args()
     pg = None

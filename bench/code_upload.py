@@ -60,7 +60,12 @@ def main() -> int:
                 first, first_s = timed(lambda: client.upload_code(code))
                 second, second_s = timed(lambda: client.upload_code(code))
                 http = httpx.Client(base_url=server.url, timeout=30)
-                spec = {"name": "bench-code", "entrypoint": "benchpkg.loop:main", "code": first.ref, "scaling": {"num_workers": 1}}
+                spec = {
+                    "name": "bench-code",
+                    "entrypoint": "benchpkg.loop:main",
+                    "code": first.ref,
+                    "scaling": {"num_workers": 1},
+                }
                 run_job(http, spec)  # warm-up: the node unpacks the package once
                 plain = run_job(http, spec)
                 cold = run_job(http, {**spec, "runtime_env": {"pip": PIP}})
@@ -68,13 +73,19 @@ def main() -> int:
         finally:
             server.stop()
             head.stop()
-    print(f"\nproject: {first.files} files, {first.content_bytes / 2**20:.1f} MiB; zip {first.size_bytes / 2**20:.1f} MiB")
+    print(
+        f"\nproject: {first.files} files, {first.content_bytes / 2**20:.1f} MiB; zip {first.size_bytes / 2**20:.1f} MiB"
+    )
     print(f"{'step':44} {'seconds':>8} {'sent MiB':>9}")
     print(f"{'pack (deterministic zip + sha256)':44} {pack_s:8.2f}")
     print(f"{'first submit: pack + upload':44} {first_s:8.2f} {first.sent_bytes / 2**20:9.2f}   status {first.status}")
-    print(f"{'second submit, unchanged: pack + HEAD':44} {second_s:8.2f} {second.sent_bytes / 2**20:9.2f}   status {second.status} (target: 0 MiB sent)")
+    print(
+        f"{'second submit, unchanged: pack + HEAD':44} {second_s:8.2f} {second.sent_bytes / 2**20:9.2f}   status {second.status} (target: 0 MiB sent)"
+    )
     print(f"{'job, no pip: POST -> SUCCEEDED':44} {plain.wall_s:8.2f}")
-    print(f"{'job, pip ' + PIP[0] + ', new env':44} {cold.wall_s:8.2f}   (+{cold.wall_s - plain.wall_s:.1f} s: the start cost of a new requirement list)")
+    print(
+        f"{'job, pip ' + PIP[0] + ', new env':44} {cold.wall_s:8.2f}   (+{cold.wall_s - plain.wall_s:.1f} s: the start cost of a new requirement list)"
+    )
     print(f"{'job, pip ' + PIP[0] + ', cached env':44} {warm.wall_s:8.2f}   (+{warm.wall_s - plain.wall_s:.1f} s)")
     return 0 if second.sent_bytes == 0 else 1
 

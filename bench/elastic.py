@@ -74,22 +74,32 @@ def poll(predicate, timeout: float, what: str, interval: float = 0.2):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-workers", type=int, default=2, help="worker nodes the autoscaler may add, and the job's max")
+    parser.add_argument(
+        "--max-workers", type=int, default=2, help="worker nodes the autoscaler may add, and the job's max"
+    )
     parser.add_argument("--resize-check-s", type=float, default=5.0, help="the job's scaling.resize_check_interval_s")
-    parser.add_argument("--worker-start-timeout-s", type=float, default=None, help="RAYDOCK_WORKER_START_TIMEOUT_S for the server")
-    parser.add_argument("--keep", action="store_true", help="print the Train controller's decisions and keep the work directory")
+    parser.add_argument(
+        "--worker-start-timeout-s", type=float, default=None, help="RAYDOCK_WORKER_START_TIMEOUT_S for the server"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="print the Train controller's decisions and keep the work directory"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rdk-bench-elastic-"))
     started = time.monotonic()
-    head, config = start_fake_autoscaling_head(work / "ray", worker_cpus=1, max_workers=args.max_workers, idle_timeout_s=30)
+    head, config = start_fake_autoscaling_head(
+        work / "ray", worker_cpus=1, max_workers=args.max_workers, idle_timeout_s=30
+    )
     env = {"RAYDOCK_AUTOSCALER_CONFIG": str(config)}
     if args.worker_start_timeout_s is not None:
         env["RAYDOCK_WORKER_START_TIMEOUT_S"] = str(args.worker_start_timeout_s)
     server = ServerProcess(work / "server", head.dashboard_url, extra_env=env)
     try:
         server.start()
-        print(f"cluster and server up in {time.monotonic() - started:.1f} s (head {head.dashboard_url}, pid {head.pid})")
+        print(
+            f"cluster and server up in {time.monotonic() - started:.1f} s (head {head.dashboard_url}, pid {head.pid})"
+        )
         run(httpx.Client(base_url=server.url, timeout=30), head.pid, args)
     finally:
         server.stop()
@@ -135,7 +145,9 @@ def run(http: httpx.Client, head_session: int, args) -> None:
     t.mark("growth", f"first worker group started (world size {start['world_size']})", start["ts"] - t0)
     first = poll(reports, 600, "the first report")[0]
     t.mark("growth", f"first training step (world size {first['metrics']['world_size']})", first["ts"] - t0)
-    grown = poll(lambda: [p for p in reports() if p["metrics"]["world_size"] == n], 600, f"a report from {n} workers")[0]
+    grown = poll(lambda: [p for p in reports() if p["metrics"]["world_size"] == n], 600, f"a report from {n} workers")[
+        0
+    ]
     group = next(g for g in groups() if g["world_size"] == n)
     if group["seq"] != start["seq"]:
         t.mark("growth", f"worker group of {n} started", group["ts"] - t0)
@@ -155,7 +167,11 @@ def run(http: httpx.Client, head_session: int, args) -> None:
     regroup = poll(lambda: [g for g in groups() if g["ts"] > t1], 600, "a restarted worker group")[0]
     t.mark("loss", f"worker group restarted (world size {regroup['world_size']})", regroup["ts"] - t1)
     resumed = poll(lambda: [p for p in reports() if p["ts"] > regroup["ts"]], 600, "a report after the loss")[0]
-    t.mark("loss", f"first training step after the loss (world size {resumed['metrics']['world_size']})", resumed["ts"] - t1)
+    t.mark(
+        "loss",
+        f"first training step after the loss (world size {resumed['metrics']['world_size']})",
+        resumed["ts"] - t1,
+    )
     http.post(f"/v1/jobs/{job_id}/cancel")
     poll(lambda: http.get(f"/v1/jobs/{job_id}").json()["status"] == "CANCELLED", 120, "the job to stop")
     print(f"\nkilled node {victim[-8:]}: {len(pids)} process(es) naming it (its raylet; its workers and agents follow)")

@@ -41,9 +41,9 @@ import torch
 from bench.jobs import run_job
 from trainers import efficiency
 from trainers.data.tabular import load_arrays
-from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
-from trainers.models import build_model
 from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
+from trainers.models import build_model
+from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
 
 CUDA = torch.cuda.is_available()
 
@@ -62,15 +62,20 @@ class Workload:
     unit: str = "token"
 
 
-def gpt(name: str, n_layer: int, d_model: int, n_head: int, seq_len: int, batch: int, precision: str, steps: int, every: int) -> Workload:
+def gpt(
+    name: str, n_layer: int, d_model: int, n_head: int, seq_len: int, batch: int, precision: str, steps: int, every: int
+) -> Workload:
     # Enough characters for the whole run in one epoch: no epoch-end report mid-window.
     n_chars = int((steps + 8) * batch * seq_len / 0.88)
     return Workload(
         name,
         {"type": "gpt", "n_layer": n_layer, "n_head": n_head, "d_model": d_model, "seq_len": seq_len},
         {"source": "text", "n_chars": max(n_chars, 64 * 1024), "val_batches": 1},
-        batch, precision, steps, every,
-    )  # fmt: skip
+        batch,
+        precision,
+        steps,
+        every,
+    )
 
 
 def cnn(name: str, data: dict, channels: list[int], batch: int, precision: str, steps: int, every: int) -> Workload:
@@ -80,7 +85,15 @@ def cnn(name: str, data: dict, channels: list[int], batch: int, precision: str, 
 WORKLOADS_GPU = {
     "gpt86m": gpt("gpt86m", 12, 768, 12, 1024, 16, "bf16", 160, 20),
     "gpt300m": gpt("gpt300m", 24, 1024, 16, 1024, 16, "bf16", 100, 20),
-    "cnn": cnn("cnn", {"source": "synthetic", "n_samples": 131072, "n_features": 784, "n_classes": 10}, [64, 128], 2048, "bf16", 200, 25),
+    "cnn": cnn(
+        "cnn",
+        {"source": "synthetic", "n_samples": 131072, "n_features": 784, "n_classes": 10},
+        [64, 128],
+        2048,
+        "bf16",
+        200,
+        25,
+    ),
 }
 WORKLOADS_CPU = {
     "gpt-tiny": gpt("gpt-tiny", 2, 64, 2, 64, 16, "fp32", 120, 20),
@@ -124,7 +137,9 @@ def direct(w: Workload, device: torch.device) -> Figures:
     if w.model["type"] == "gpt":
         cfg = GPTConfig(vocab_size=VOCAB_SIZE, **{k: v for k, v in w.model.items() if k != "type"})
         model = build_gpt(cfg, seed=0)
-        ds = grammar_dataset(seq_len=cfg.seq_len, n_chars=min(w.data["n_chars"], 8 * w.batch_size * cfg.seq_len * 2), seed=0)
+        ds = grammar_dataset(
+            seq_len=cfg.seq_len, n_chars=min(w.data["n_chars"], 8 * w.batch_size * cfg.seq_len * 2), seed=0
+        )
         batches = [batch_at(ds, i, w.batch_size) for i in range(8)]
         loss_fn = lm_loss
         items_per_step = w.batch_size * cfg.seq_len
@@ -142,7 +157,7 @@ def direct(w: Workload, device: torch.device) -> Figures:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, **({"fused": True} if device.type == "cuda" else {}))
     fwd = torch.compile(model) if device.type == "cuda" else model
 
-    def step(x, y):
+    def step(x, y, fwd=fwd, opt=opt):
         with _autocast(w.precision, device):
             loss = loss_fn(fwd(x), y)
         loss.backward()
@@ -163,7 +178,9 @@ def direct(w: Workload, device: torch.device) -> Figures:
 def _flops_per_item(w: Workload, model: torch.nn.Module, example: torch.Tensor) -> int:
     if w.model["type"] == "gpt":
         m = w.model
-        return efficiency.gpt_flops_per_token(n_layer=m["n_layer"], d_model=m["d_model"], seq_len=m["seq_len"], vocab_size=VOCAB_SIZE)
+        return efficiency.gpt_flops_per_token(
+            n_layer=m["n_layer"], d_model=m["d_model"], seq_len=m["seq_len"], vocab_size=VOCAB_SIZE
+        )
     return efficiency.flops_per_sample(model, example[:2])
 
 
@@ -269,7 +286,9 @@ def main() -> int:
                 server.stop()
                 head.stop()
 
-    print(f"\n{'workload':10}{'params':>9}{'batch':>7}{'prec':>6}{'direct/s':>13}{'job/s':>13}{'ratio':>7}{'job wall/s':>13}{'wall ratio':>11}{'MFU direct':>11}{'MFU job':>9}{'1st metric s':>13}")
+    print(
+        f"\n{'workload':10}{'params':>9}{'batch':>7}{'prec':>6}{'direct/s':>13}{'job/s':>13}{'ratio':>7}{'job wall/s':>13}{'wall ratio':>11}{'MFU direct':>11}{'MFU job':>9}{'1st metric s':>13}"
+    )
     for w in workloads:
         r = results[w.name]
         d, j = r["direct"], r.get("job")
@@ -285,7 +304,9 @@ def main() -> int:
         r["workload"] = asdict(w)
     print("(tokens/s for the GPTs, samples/s for the CNN; goal: ratio >= 0.95 for every row)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": name, "torch": torch.__version__, "results": results}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"device": name, "torch": torch.__version__, "results": results}, indent=1)
+        )
     return 0
 
 

@@ -26,7 +26,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "user
 
 
 def one_job(http: httpx.Client, backend: RayBackend) -> dict[str, float]:
-    spec = {"name": "timeline", "entrypoint": "userpkg.steps:train", "working_dir": str(FIXTURES), "config": {"steps": 5}, "scaling": {"num_workers": 2}}
+    spec = {
+        "name": "timeline",
+        "entrypoint": "userpkg.steps:train",
+        "working_dir": str(FIXTURES),
+        "config": {"steps": 5},
+        "scaling": {"num_workers": 2},
+    }
     t0 = time.time()
     job_id = http.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
     marks: dict[str, float] = {}
@@ -42,7 +48,9 @@ def one_job(http: httpx.Client, backend: RayBackend) -> dict[str, float]:
     marks["ray job start"] = info.start_time / 1000 - t0
     marks["ray job end"] = info.end_time / 1000 - t0
     lines = http.get(f"/v1/jobs/{job_id}/logs").text.splitlines()
-    events = [parse_event(json.loads(line.split("RAYDOCK_EVENT ", 1)[1])) for line in lines if "RAYDOCK_EVENT {" in line]
+    events = [
+        parse_event(json.loads(line.split("RAYDOCK_EVENT ", 1)[1])) for line in lines if "RAYDOCK_EVENT {" in line
+    ]
     for e in events:
         key = {"started": "driver started", "result": "driver result"}.get(e.type)
         if key:

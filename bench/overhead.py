@@ -66,15 +66,29 @@ def raw_trainer(gcs_address: str, storage: str) -> dict:
         wall = time.perf_counter() - t0
     finally:
         ray.shutdown()
-    return {"wall_s": wall, **{k: result.metrics.get(k) for k in ("steady_step_s", "nice", "threads")}} if result.metrics else {"wall_s": wall}
+    return (
+        {"wall_s": wall, **{k: result.metrics.get(k) for k in ("steady_step_s", "nice", "threads")}}
+        if result.metrics
+        else {"wall_s": wall}
+    )
 
 
 def raydock_job(url: str, **config) -> dict:
     http = httpx.Client(base_url=url, timeout=30)
-    spec = {"name": "bench", "entrypoint": "bench.workload:ray_train_loop", "working_dir": str(BENCH_DIR.parent), "scaling": {"num_workers": 2}, "config": config}
+    spec = {
+        "name": "bench",
+        "entrypoint": "bench.workload:ray_train_loop",
+        "working_dir": str(BENCH_DIR.parent),
+        "scaling": {"num_workers": 2},
+        "config": config,
+    }
     run = run_job(http, spec)
     last = run.points[-1]["metrics"]
-    return {"wall_s": run.wall_s, "first_metric_s": run.first_metric_s, **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")}}
+    return {
+        "wall_s": run.wall_s,
+        "first_metric_s": run.first_metric_s,
+        **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")},
+    }
 
 
 def main() -> int:
@@ -92,17 +106,27 @@ def main() -> int:
         finally:
             server.stop()
             head.stop()
-    rows = [("(a) vanilla torch DDP", a), ("(b) raw TorchTrainer.fit", b), ("(c) raydock REST job", c), ("(d) (c) + workers at nice 0", d), ("(e) (c) via parallelize", e)]
+    rows = [
+        ("(a) vanilla torch DDP", a),
+        ("(b) raw TorchTrainer.fit", b),
+        ("(c) raydock REST job", c),
+        ("(d) (c) + workers at nice 0", d),
+        ("(e) (c) via parallelize", e),
+    ]
     print(f"\n{'variant':28} {'wall s':>8} {'steady step ms':>15} {'nice':>5} {'threads':>8}")
     for name, r in rows:
-        print(f"{name:28} {r['wall_s']:8.2f} {1000 * (r.get('steady_step_s') or float('nan')):15.3f} {r.get('nice')!s:>5} {r.get('threads')!s:>8}")
+        print(
+            f"{name:28} {r['wall_s']:8.2f} {1000 * (r.get('steady_step_s') or float('nan')):15.3f} {r.get('nice')!s:>5} {r.get('threads')!s:>8}"
+        )
     print()
     print(f"wall (c)/(b)                  {c['wall_s'] / b['wall_s']:.3f}   (target <= 1.05)")
     print(f"steady step (c)/(a)           {c['steady_step_s'] / a['steady_step_s']:.3f}   (target <= 1.05)")
     print(f"steady step (b)/(a)           {b['steady_step_s'] / a['steady_step_s']:.3f}")
     print(f"steady step (d)/(a)           {d['steady_step_s'] / a['steady_step_s']:.3f}")
     print(f"steady step (e)/(a)           {e['steady_step_s'] / a['steady_step_s']:.3f}")
-    print(f"steady step (e)/(c)           {e['steady_step_s'] / c['steady_step_s']:.3f}   (parallelize vs prepare_model)")
+    print(
+        f"steady step (e)/(c)           {e['steady_step_s'] / c['steady_step_s']:.3f}   (parallelize vs prepare_model)"
+    )
     print(f"POST -> first metric          {c['first_metric_s']:.2f} s (target <= 5 s, warm cluster)")
     return 0
 

@@ -69,11 +69,21 @@ class Task:
             options = {"asha": {"grace_period": 1, "reduction_factor": 2}}
         elif algorithm == "pbt":
             options = {"pbt": self.pbt}
-        return TuneSpec.model_validate({
-            "kind": "tune", "algorithm": algorithm, "mode": self.mode, "metric": self.metric, "num_trials": TRIALS,
-            "max_concurrent_trials": TRIALS, "budget": {"epochs": self.epochs}, "seed": seed,
-            "base": self.base(seed), "search_space": self.search_space, **options,
-        })  # fmt: skip
+        return TuneSpec.model_validate(
+            {
+                "kind": "tune",
+                "algorithm": algorithm,
+                "mode": self.mode,
+                "metric": self.metric,
+                "num_trials": TRIALS,
+                "max_concurrent_trials": TRIALS,
+                "budget": {"epochs": self.epochs},
+                "seed": seed,
+                "base": self.base(seed),
+                "search_space": self.search_space,
+                **options,
+            }
+        )
 
 
 def stable_seed(*parts: Any) -> int:
@@ -105,7 +115,9 @@ def restore(model: torch.nn.Module, opt: torch.optim.Optimizer, values: Optimize
 
 def report(model: torch.nn.Module, opt: torch.optim.Optimizer, epoch: int, metrics: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, os.path.join(d, "state.pt"))
+        torch.save(
+            {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, os.path.join(d, "state.pt")
+        )
         metrics = {"epoch": epoch, **metrics, "lr": opt.param_groups[0]["lr"]}
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
@@ -139,7 +151,6 @@ def nqm_epoch(model: Quadratic, opt: torch.optim.Optimizer, generator: torch.Gen
         noise = torch.randn(NQM_DIM, generator=generator) * NQM_NOISE
         model.theta.grad = NQM_CURVATURE * model.theta.detach() + noise
         opt.step()
-
 
 
 def momentum_norm(opt: torch.optim.Optimizer) -> float:
@@ -189,16 +200,29 @@ def sweep_nqm(rates: list[float], seeds: int) -> list[list[list[float]]]:
 
 
 NQM = Task(
-    name="nqm", epochs=40, metric="loss", mode="min", target=None,
-    base=lambda seed: {"entrypoint": "bench.pbt_tasks:train_nqm", "config": {"lr": 1e-3}, "scaling": {"num_workers": 1}},
+    name="nqm",
+    epochs=40,
+    metric="loss",
+    mode="min",
+    target=None,
+    base=lambda seed: {
+        "entrypoint": "bench.pbt_tasks:train_nqm",
+        "config": {"lr": 1e-3},
+        "scaling": {"num_workers": 1},
+    },
     search_space={"config.lr": {"type": "loguniform", "low": NQM_RATES[0], "high": NQM_RATES[1]}},
     train=train_nqm,
     # Tune's defaults (bottom quarter clones the top quarter, steps of 1.2 / 0.8, a resample
     # a quarter of the time), deciding every epoch: 200 steps, about twice the time the
     # noise floor takes to follow a new rate at the best rates (1 / (lr / (1 - momentum) * h_max)
     # = 100 steps at lr 0.001), so each decision sees the rate it judges.
-    pbt={"perturbation_interval": 1, "quantile_fraction": 0.25, "resample_probability": 0.25, "perturbation_factors": [1.2, 0.8]},
-)  # fmt: skip
+    pbt={
+        "perturbation_interval": 1,
+        "quantile_fraction": 0.25,
+        "resample_probability": 0.25,
+        "perturbation_factors": [1.2, 0.8],
+    },
+)
 
 
 # ----------------------------------------------------------------------------- triangle
@@ -236,20 +260,35 @@ def train_triangle(config: dict, *, spec: dict, population=None) -> None:
         epoch += 1
         with tempfile.TemporaryDirectory() as d:
             Path(d, "state.json").write_text(json.dumps({"accuracy": accuracy, "epoch": epoch}))
-            tune.report({"epoch": epoch, "mean_accuracy": accuracy, "lr": lr}, checkpoint=tune.Checkpoint.from_directory(d))
+            tune.report(
+                {"epoch": epoch, "mean_accuracy": accuracy, "lr": lr}, checkpoint=tune.Checkpoint.from_directory(d)
+            )
         if align is not None:
             align.after_report(epoch)
 
 
 TRIANGLE = Task(
-    name="triangle", epochs=40, metric="mean_accuracy", mode="max", target=120.0,
-    base=lambda seed: {"entrypoint": "bench.pbt_tasks:train_triangle", "config": {"lr": 0.001}, "scaling": {"num_workers": 1}},
+    name="triangle",
+    epochs=40,
+    metric="mean_accuracy",
+    mode="max",
+    target=120.0,
+    base=lambda seed: {
+        "entrypoint": "bench.pbt_tasks:train_triangle",
+        "config": {"lr": 0.001},
+        "scaling": {"num_workers": 1},
+    },
     search_space={"config.lr": {"type": "loguniform", "low": 0.0001, "high": 0.02}},
     train=train_triangle,
     # The rate must rise 10x and fall back within 40 epochs: a decision every epoch,
     # and steps large enough to follow it (Tune's default 1.2/0.8 needs 13 to rise 10x).
-    pbt={"perturbation_interval": 1, "quantile_fraction": 0.25, "resample_probability": 0.25, "perturbation_factors": [1.5, 0.6]},
-)  # fmt: skip
+    pbt={
+        "perturbation_interval": 1,
+        "quantile_fraction": 0.25,
+        "resample_probability": 0.25,
+        "perturbation_factors": [1.5, 0.6],
+    },
+)
 
 
 # ----------------------------------------------------------------------------- digits
@@ -281,10 +320,18 @@ def train_digits(config: dict, *, spec: dict, population=None) -> None:
 
 
 DIGITS = Task(
-    name="digits", epochs=12, metric="val_acc", mode="max", target=0.9,
+    name="digits",
+    epochs=12,
+    metric="val_acc",
+    mode="max",
+    target=0.9,
     base=lambda seed: {
-        "model": {"type": "cnn", "channels": [16, 32]}, "data": {"source": "digits"}, "optimizer": {"name": "sgd", "lr": 0.01},
-        "batch_size": 64, "seed": seed, "scaling": {"num_workers": 1},
+        "model": {"type": "cnn", "channels": [16, 32]},
+        "data": {"source": "digits"},
+        "optimizer": {"name": "sgd", "lr": 0.01},
+        "batch_size": 64,
+        "seed": seed,
+        "scaling": {"num_workers": 1},
     },
     search_space={
         "optimizer.lr": {"type": "loguniform", "low": 0.01, "high": 1.0},
@@ -292,6 +339,6 @@ DIGITS = Task(
     },
     train=train_digits,
     pbt={"perturbation_interval": 2, "quantile_fraction": 0.25, "resample_probability": 0.25},
-)  # fmt: skip
+)
 
 TASKS = {t.name: t for t in (NQM, TRIANGLE, DIGITS)}

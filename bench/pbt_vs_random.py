@@ -106,14 +106,22 @@ def clone_check(events: list[Event], metric: str) -> str:
     exploits = [e for e in events if e.type == "exploit"]
     seen = carried = 0
     for x in exploits:
-        donor = [r.metrics for r in reports if r.trial_id == x.donor_trial_id and r.seq < x.seq and r.metrics.get("epoch") == x.donor_time]
+        donor = [
+            r.metrics
+            for r in reports
+            if r.trial_id == x.donor_trial_id and r.seq < x.seq and r.metrics.get("epoch") == x.donor_time
+        ]
         after = next((r.metrics for r in reports if r.trial_id == x.trial_id and r.seq > x.seq), None)
         if not donor or after is None:
             continue  # the search stopped before the clone reported
         seen += 1
         same = after["epoch"] == x.donor_time + 1
         if "restored_loss" in after:
-            same = same and math.isclose(after["restored_loss"], donor[-1][metric], rel_tol=1e-6) and after["restored_momentum"] > 0
+            same = (
+                same
+                and math.isclose(after["restored_loss"], donor[-1][metric], rel_tol=1e-6)
+                and after["restored_momentum"] > 0
+            )
         carried += same
     return f"{len(exploits)} exploits; {carried}/{seen} clones that reported continued their donor's weights and state"
 
@@ -129,12 +137,20 @@ def run_one(task: Task, algorithm: str, seed: int, target: float, storage: str) 
         tune.with_resources(trainable, {"cpu": 0.25}),
         param_space=param_space(spec),
         tune_config=tune.TuneConfig(
-            metric=spec.metric, mode=spec.mode, num_samples=spec.num_trials,
-            scheduler=scheduler(spec, out), search_alg=searcher(spec), reuse_actors=False,  # seeded: carries the limit
-        ),  # fmt: skip
+            metric=spec.metric,
+            mode=spec.mode,
+            num_samples=spec.num_trials,
+            scheduler=scheduler(spec, out),
+            search_alg=searcher(spec),
+            reuse_actors=False,  # seeded: carries the limit
+        ),
         run_config=tune.RunConfig(
-            name=f"{task.name}-{algorithm}-{seed}", storage_path=storage, stop=count, verbose=0, callbacks=[SearchCallback(out)],
-        ),  # fmt: skip
+            name=f"{task.name}-{algorithm}-{seed}",
+            storage_path=storage,
+            stop=count,
+            verbose=0,
+            callbacks=[SearchCallback(out)],
+        ),
     )
     t0 = time.perf_counter()
     results = tuner.fit()
@@ -149,8 +165,12 @@ def nqm_target() -> float:
     t0 = time.perf_counter()
     losses = sweep_nqm(rates, SWEEP_SEEDS)
     epochs = TASKS["nqm"].epochs
-    print(f"nqm: constant rates over the search range, {SWEEP_SEEDS} noise seeds each, {epochs} epochs ({time.perf_counter() - t0:.0f}s)")
-    print(f"{'lr':>9s}{'epoch 5':>10s}{'epoch 10':>10s}{'epoch 20':>10s}{'epoch 40':>10s}{'lowest report':>15s}  (mean over seeds)")
+    print(
+        f"nqm: constant rates over the search range, {SWEEP_SEEDS} noise seeds each, {epochs} epochs ({time.perf_counter() - t0:.0f}s)"
+    )
+    print(
+        f"{'lr':>9s}{'epoch 5':>10s}{'epoch 10':>10s}{'epoch 20':>10s}{'epoch 40':>10s}{'lowest report':>15s}  (mean over seeds)"
+    )
     for lr, runs in zip(rates, losses):
         mean = [statistics.fmean(run[e - 1] for run in runs) for e in (5, 10, 20, epochs)]
         print(f"{lr:9.5f}" + "".join(f"{m:10.3f}" for m in mean) + f"{min(min(run) for run in runs):15.3f}")
@@ -158,8 +178,13 @@ def nqm_target() -> float:
     best_lr = min(zip(rates, losses), key=lambda p: min(min(run) for run in p[1]))
     ends = [run[-1] for run in best_lr[1]]
     target = round(TARGET_MARGIN * lowest, 3)
-    print(f"lowest loss any constant rate reached: {lowest:.3f} (lr {best_lr[0]:.5f}; its last reports {', '.join(f'{e:.3f}' for e in ends)})")
-    print(f"target: {TARGET_MARGIN:g} x {lowest:.3f} = {target:g}, a loss no constant rate in the range reaches within the budget\n", flush=True)
+    print(
+        f"lowest loss any constant rate reached: {lowest:.3f} (lr {best_lr[0]:.5f}; its last reports {', '.join(f'{e:.3f}' for e in ends)})"
+    )
+    print(
+        f"target: {TARGET_MARGIN:g} x {lowest:.3f} = {target:g}, a loss no constant rate in the range reaches within the budget\n",
+        flush=True,
+    )
     return target
 
 
@@ -170,17 +195,23 @@ def print_table(task: Task, target: float, rows: dict[str, list[Outcome]], seeds
     def cost(o: Outcome) -> int:
         return o.reached if o.reached is not None else budget + 1  # not reached: counted as past the budget
 
-    print(f"\n{task.name}: trial-epochs to {task.metric} {sign} {target:g} (budget {TRIALS} trials x {task.epochs} epochs = {budget}; '>' = not reached)")
+    print(
+        f"\n{task.name}: trial-epochs to {task.metric} {sign} {target:g} (budget {TRIALS} trials x {task.epochs} epochs = {budget}; '>' = not reached)"
+    )
     header = f"{'algorithm':10s}" + "".join(f"{'seed ' + str(s):>9s}" for s in range(seeds))
     print(header + f"{'median':>9s}{'vs random':>11s}{'best (median)':>15s}{'goal':>12s}")
     base = statistics.median(cost(o) for o in rows["random"])
     for algorithm in ALGORITHMS:
-        cells = "".join(f"{(str(o.reached) if o.reached is not None else '>' + str(budget)):>9s}" for o in rows[algorithm])
+        cells = "".join(
+            f"{(str(o.reached) if o.reached is not None else '>' + str(budget)):>9s}" for o in rows[algorithm]
+        )
         med = statistics.median(cost(o) for o in rows[algorithm])
         best = statistics.median(o.best for o in rows[algorithm])
         goal = "<= 0.50x" if algorithm == "pbt" else ""
         print(f"{algorithm:10s}{cells}{med:>9g}{med / base:>10.2f}x{best:>15.4f}{goal:>12s}")
-    print(f"best: the best {task.metric} of a trial's last report when the search stopped (at the target, or at the end of the budget)")
+    print(
+        f"best: the best {task.metric} of a trial's last report when the search stopped (at the target, or at the end of the budget)"
+    )
     print("best final metric per seed: " + json.dumps({a: [round(o.best, 4) for o in rows[a]] for a in ALGORITHMS}))
     print(json.dumps({a: [o.reached for o in rows[a]] for a in ALGORITHMS}))
 
@@ -190,7 +221,9 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="nqm")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--target", type=float, default=None, help="default: the task's (nqm: from its sweep)")
-    parser.add_argument("--sweep", action="store_true", help="nqm: print the sweep of constant rates and its target, then stop")
+    parser.add_argument(
+        "--sweep", action="store_true", help="nqm: print the sweep of constant rates and its target, then stop"
+    )
     parser.add_argument("--cpus", type=int, default=4, help="logical CPUs of the private Ray head")
     args = parser.parse_args()
     task = TASKS[args.task]
@@ -216,8 +249,9 @@ def main() -> None:
                     shown = o.reached if o.reached is not None else f">{TRIALS * task.epochs}"
                     print(
                         f"seed {seed} {algorithm:6s} trial-epochs to {target:g}: {shown:>5}  best {task.metric} {o.best:.4f}  "
-                        f"({o.wall_s:.0f}s) {o.clones}", flush=True,
-                    )  # fmt: skip
+                        f"({o.wall_s:.0f}s) {o.clones}",
+                        flush=True,
+                    )
         finally:
             ray.shutdown()
             head.stop()

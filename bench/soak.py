@@ -78,7 +78,15 @@ def ray_jobs_by_job(head) -> Counter:
     return Counter((j.metadata or {}).get("raydock_job") for j in jobs if (j.metadata or {}).get("raydock_job"))
 
 
-def chaos(server: ServerProcess, head_pid: int, api_kills: int, worker_kills: int, stop: threading.Event, rng: random.Random, log: list[str]) -> None:
+def chaos(
+    server: ServerProcess,
+    head_pid: int,
+    api_kills: int,
+    worker_kills: int,
+    stop: threading.Event,
+    rng: random.Random,
+    log: list[str],
+) -> None:
     actions = ["api"] * api_kills + ["worker"] * worker_kills
     rng.shuffle(actions)
     for action in actions:
@@ -114,16 +122,25 @@ def main() -> int:
         server = ServerProcess(Path(tmp) / "server", head.dashboard_url).start()
         stop, chaos_log = threading.Event(), []
         deadline = time.monotonic() + args.timeout
-        chaos_thread = threading.Thread(target=chaos, args=(server, head.pid, args.api_kills, args.worker_kills, stop, rng, chaos_log))
+        chaos_thread = threading.Thread(
+            target=chaos, args=(server, head.pid, args.api_kills, args.worker_kills, stop, rng, chaos_log)
+        )
         chaos_thread.start()
         try:
             with ThreadPoolExecutor(8) as pool:
                 keys = [f"{run}-{i}" for i in range(args.jobs)]
-                accepted = list(pool.map(lambda i: submit_until_accepted(server.url, job_spec(i, run), keys[i], deadline), range(args.jobs)))
+                accepted = list(
+                    pool.map(
+                        lambda i: submit_until_accepted(server.url, job_spec(i, run), keys[i], deadline),
+                        range(args.jobs),
+                    )
+                )
             jobs: list[dict] = []
             while time.monotonic() < deadline:
                 try:
-                    jobs = httpx.get(server.url + "/v1/jobs", params={"label": f"soak={run}", "limit": 1000}, timeout=10).json()["items"]
+                    jobs = httpx.get(
+                        server.url + "/v1/jobs", params={"label": f"soak={run}", "limit": 1000}, timeout=10
+                    ).json()["items"]
                     if len(jobs) >= len([a for a in accepted if a]) and all(j["status"] in TERMINAL for j in jobs):
                         break
                 except httpx.HTTPError:
@@ -140,11 +157,15 @@ def main() -> int:
     by_status = Counter(j["status"] for j in jobs)
     causes = Counter(j["failure_cause"] for j in jobs if j["status"] == "FAILED")
     recorded = {j["id"] for j in jobs}
-    lost = sum(1 for a in accepted if a is None or a not in recorded) + sum(1 for j in jobs if j["status"] not in TERMINAL)
+    lost = sum(1 for a in accepted if a is None or a not in recorded) + sum(
+        1 for j in jobs if j["status"] not in TERMINAL
+    )
     print("\n".join(f"# {line}" for line in chaos_log))
     print(f"submitted {args.jobs}")
     print(f"succeeded {by_status['SUCCEEDED']}")
-    print(f"failed {by_status['FAILED']}" + (f"  ({', '.join(f'{c}: {n}' for c, n in causes.items())})" if causes else ""))
+    print(
+        f"failed {by_status['FAILED']}" + (f"  ({', '.join(f'{c}: {n}' for c, n in causes.items())})" if causes else "")
+    )
     print(f"cancelled {by_status['CANCELLED']}")
     print(f"lost {lost}")
     print(f"duplicated {sum(n - 1 for n in names.values() if n > 1)}")

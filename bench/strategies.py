@@ -33,9 +33,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import run_workers
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import build_mesh, parallelize
-from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 
 CFG = GPTConfig(vocab_size=VOCAB_SIZE, n_layer=4, n_head=4, d_model=128, seq_len=64)
 GLOBAL_BATCH = 16
@@ -135,7 +135,9 @@ def compression_worker(rank: int, world_size: int) -> dict:
     for method in COMPRESSIONS:
         spec = ParallelismSpec(strategy="ddp", grad_compression=method)
         pm = parallelize(
-            build_gpt(CFG, seed=0), build_mesh(spec), spec,
+            build_gpt(CFG, seed=0),
+            build_mesh(spec),
+            spec,
             optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=3e-3),
         )
         # PowerSGD sends plain gradients for its first steps; count after those.

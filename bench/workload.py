@@ -76,10 +76,10 @@ def ray_train_loop(config: dict) -> None:
 
     ``config["placement"]``: ``prepare_model`` (Ray's DDP wrapper, the default) or
     ``parallelize`` (raydock's, as the built-in loops use it)."""
+    import tempfile
+
     import ray.train
     import ray.train.torch
-
-    import tempfile
 
     if config.get("renice"):
         _renice()

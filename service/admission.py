@@ -151,11 +151,15 @@ def overdue(candidates: Iterable[Queued], now: datetime) -> list[Failure]:
         timeout = job.scheduling_timeout_s
         if timeout is None or job.queued_at is None or (now - job.queued_at).total_seconds() <= timeout:
             continue
-        out.append(Failure(
-            job.id, FailureCause.NO_RESOURCES, f"no resources within scheduling_timeout_s={timeout:g}",
-            f"The cluster could not start the job within {timeout:g}s ({job.reason}). "
-            "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
-        ))  # fmt: skip
+        out.append(
+            Failure(
+                job.id,
+                FailureCause.NO_RESOURCES,
+                f"no resources within scheduling_timeout_s={timeout:g}",
+                f"The cluster could not start the job within {timeout:g}s ({job.reason}). "
+                "Lower scaling.num_workers / cpus_per_worker, raise scheduling_timeout_s, or add nodes.",
+            )
+        )
     return out
 
 

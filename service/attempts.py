@@ -94,7 +94,9 @@ class Attempts:
         except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
             if "No available agent" in str(exc):
                 return  # a head that just started has no job agent yet: the same id is submitted again
-            self._fail_unstarted(job_id, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", "Ray refused the job")
+            self._fail_unstarted(
+                job_id, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", "Ray refused the job"
+            )
             return
         self._inject_faults(job_id)
         self.confirm(job_id, prepared.submission_id, prepared.attempt)
@@ -149,7 +151,9 @@ class Attempts:
         try:
             check_user_code(spec, self.settings)
         except InvalidSpec as exc:
-            self._fail_unstarted(job_id, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", "the job's code changed since the submit")
+            self._fail_unstarted(
+                job_id, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", "the job's code changed since the submit"
+            )
             return False
         return True
 
@@ -211,7 +215,12 @@ class Attempts:
             return []
         ids = {j.metadata.get("raydock_job", "") for j in ours}
         with self.sessions() as s:
-            rows = {r.id: r for r in s.execute(select(JobRow.id, JobRow.status, JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id.in_(ids)))}
+            rows = {
+                r.id: r
+                for r in s.execute(
+                    select(JobRow.id, JobRow.status, JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id.in_(ids))
+                )
+            }
         stopped = []
         for rj in ours:
             row = rows.get(rj.metadata.get("raydock_job", ""))

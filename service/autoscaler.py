@@ -25,8 +25,7 @@ from typing import Any
 
 import yaml
 
-from api.schemas import AutoscalerPublic, NodeTypeCapacity
-from api.schemas import ClusterInfo
+from api.schemas import AutoscalerPublic, ClusterInfo, NodeTypeCapacity
 
 
 def load_config(path: str | Path | None) -> dict[str, Any] | None:
@@ -133,4 +132,6 @@ def addable(info: ClusterInfo) -> tuple[float, float]:
     if a is None:
         return 0.0, 0.0
     unknown = float("inf")
-    return (unknown if a.cpus_addable is None else a.cpus_addable), (unknown if a.gpus_addable is None else a.gpus_addable)
+    return (unknown if a.cpus_addable is None else a.cpus_addable), (
+        unknown if a.gpus_addable is None else a.gpus_addable
+    )

@@ -75,9 +75,13 @@ def run(
     # The code a spec names lies beside it: that is what this one-off server may ship.
     code_root = {} if os.environ.get("RAYDOCK_CODE_ROOT") else {"code_root": str(spec_file.resolve().parent)}
     settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0], **code_root)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
-    err.print(f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)")
+    err.print(
+        f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)"
+    )
     thread.start()
     try:
         with Client(settings.events_base_url, token=settings.api_token) as client:
@@ -154,9 +158,13 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
     total = max_steps if max_steps else epochs
     unit = "step" if max_steps else "epoch"
     with Progress(
-        TextColumn("[bold]{task.fields[status]}"), BarColumn(), TextColumn("{task.fields[where]}"),
-        TextColumn("{task.fields[loss]}"), TimeElapsedColumn(), console=err,
-    ) as bar:  # fmt: skip
+        TextColumn("[bold]{task.fields[status]}"),
+        BarColumn(),
+        TextColumn("{task.fields[where]}"),
+        TextColumn("{task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
         task = bar.add_task("train", total=total, status="QUEUED", where="", loss="")
         for point in job.stream_metrics():
             m = point.metrics
@@ -166,7 +174,13 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
             extra = f"loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
             if isinstance(m.get("val_acc"), (int, float)):
                 extra += f" val_acc {m['val_acc']:.3f}"
-            bar.update(task, completed=done if isinstance(done, (int, float)) else None, status="RUNNING", where=where, loss=extra)
+            bar.update(
+                task,
+                completed=done if isinstance(done, (int, float)) else None,
+                status="RUNNING",
+                where=where,
+                loss=extra,
+            )
         job.wait()
         bar.update(task, status=job.status.value)
     _print_outcome(job, exit_on_failure)
@@ -176,7 +190,10 @@ def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
     info = job.info
     console.print(f"{info.id} {info.status.value}" + (f" ({info.status_reason})" if info.status_reason else ""))
     if info.latest_metrics:
-        console.print("final metrics: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items()))
+        console.print(
+            "final metrics: "
+            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items())
+        )
     if info.status == JobStatus.FAILED:
         err.print(f"[red]{info.failure_cause.value if info.failure_cause else 'FAILED'}[/red]: {info.error}")
     if info.status != JobStatus.SUCCEEDED and exit_on_failure:
@@ -205,7 +222,11 @@ def list_jobs(
         return
     table = Table("ID", "NAME", "STATUS", "CREATED", "LAST METRICS")
     for j in items:
-        last = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in (j.latest_metrics or {}).items() if k in ("epoch", "step", "train_loss", "val_acc"))
+        last = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in (j.latest_metrics or {}).items()
+            if k in ("epoch", "step", "train_loss", "val_acc")
+        )
         table.add_row(j.id, j.name, j.status.value, j.created_at.strftime("%Y-%m-%d %H:%M:%S"), last)
     console.print(table)
     console.print(f"{len(items)} of {page.total}")
@@ -223,7 +244,12 @@ def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
 
 
 @app.command()
-def logs(job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = False, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+def logs(
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
     """Print a job's log; -f follows it until the job ends."""
     with _client(url, token) as client:
         try:
@@ -240,7 +266,11 @@ def logs(job_id: str, follow: Annotated[bool, typer.Option("--follow", "-f")] = 
 
 
 @app.command()
-def cancel(job_ids: Annotated[list[str], typer.Argument(help="One job id or many.")], url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="One job id or many.")],
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
     """Cancel jobs (their workers and CPUs are released); many at once in one request per 1000."""
     with _client(url, token) as client:
         try:
@@ -291,7 +321,13 @@ def checkpoints(
                 return
             table = Table("ID", "EPOCH", "STEP", "METRICS", "PATH")
             for c in found:
-                table.add_row(str(c.id), str(c.epoch), str(c.step), json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in c.metrics.items()}), c.path)
+                table.add_row(
+                    str(c.id),
+                    str(c.epoch),
+                    str(c.step),
+                    json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in c.metrics.items()}),
+                    c.path,
+                )
             console.print(table)
         except RaydockError as exc:
             _fail(exc.message)
@@ -305,7 +341,8 @@ def trials(
     job_id: str,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     replay: Annotated[
-        bool, typer.Option("--replay", help="Print the best trial as a kind: train spec (YAML) with its schedule of values.")
+        bool,
+        typer.Option("--replay", help="Print the best trial as a kind: train spec (YAML) with its schedule of values."),
     ] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
@@ -340,9 +377,14 @@ def trials(
         last = (t.last_metrics or {}).get(metric)
         status = t.status + (" (stopped early)" if t.stopped_early else "")
         table.add_row(
-            t.trial_id, status, _values(t.config), str((t.last_metrics or {}).get(unit, "")),
-            _num(last), _num(t.best_metric), str(t.exploits),
-        )  # fmt: skip
+            t.trial_id,
+            status,
+            _values(t.config),
+            str((t.last_metrics or {}).get(unit, "")),
+            _num(last),
+            _num(t.best_metric),
+            str(t.exploits),
+        )
     console.print(table)
     for e in lineage:
         console.print(

@@ -114,7 +114,7 @@ class CodeStore:
                     f"The uploaded bytes ({received}) have sha256 {digest.hexdigest()}, not {sha256}: the upload was "
                     "changed or cut on the way. Upload again (the CLI and SDK name the package by its hash).",
                     code="code_hash_mismatch",
-                )  # fmt: skip
+                )
             files, content = await asyncio.to_thread(check_zip, Path(tmp), self.settings)
             return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content)
         finally:
@@ -155,24 +155,27 @@ class CodeStore:
             raise InvalidSpec(
                 f"code {ref} is not on this server: upload the package first (PUT /v1/code/{sha256}; "
                 "`raydock submit` and Client.submit do it for a spec with a working_dir).",
-                code="code_package_not_found", details=[{"loc": loc + ["code"], "msg": "unknown package"}],
-            )  # fmt: skip
+                code="code_package_not_found",
+                details=[{"loc": loc + ["code"], "msg": "unknown package"}],
+            )
         with storage.open_random_access(self.uri(sha256)) as f, zipfile.ZipFile(f) as zf:
             names = set(zf.namelist())
         if taken := reserved_names(names):
             raise InvalidSpec(
                 f"The uploaded code defines {', '.join(taken)} at its top level, which are raydock's own packages on the "
                 "cluster (its job drivers start from them): rename your package, or move it one directory down.",
-                code="code_name_reserved", details=[{"loc": loc + ["code"], "msg": f"reserved: {', '.join(taken)}"}],
-            )  # fmt: skip
+                code="code_name_reserved",
+                details=[{"loc": loc + ["code"], "msg": f"reserved: {', '.join(taken)}"}],
+            )
         if entrypoint:
             module = entrypoint.split(":")[0]
             if not module_in_package(module, names):
                 raise InvalidSpec(
                     f"entrypoint module {module!r} is not in the uploaded code (package {sha256[:12]}). Check the module "
                     "path in `entrypoint`, or set `working_dir` to the directory that contains it.",
-                    code="entrypoint_not_found", details=[{"loc": loc + ["entrypoint"], "msg": "module not found"}],
-                )  # fmt: skip
+                    code="entrypoint_not_found",
+                    details=[{"loc": loc + ["entrypoint"], "msg": "module not found"}],
+                )
         return sha256
 
     @staticmethod
@@ -193,13 +196,17 @@ class CodeStore:
         gone = []
         with self._lock:
             with self.sessions() as s:
-                due = s.scalars(select(CodePackageRow.sha256).where(CodePackageRow.last_used_at < cutoff, unreferenced)).all()
+                due = s.scalars(
+                    select(CodePackageRow.sha256).where(CodePackageRow.last_used_at < cutoff, unreferenced)
+                ).all()
             for sha256 in due:
                 with self.sessions.begin() as s:
                     deleted = s.execute(
-                        delete(CodePackageRow).where(CodePackageRow.sha256 == sha256, CodePackageRow.last_used_at < cutoff, unreferenced),
+                        delete(CodePackageRow).where(
+                            CodePackageRow.sha256 == sha256, CodePackageRow.last_used_at < cutoff, unreferenced
+                        ),
                         execution_options={"synchronize_session": False},
-                    ).rowcount  # fmt: skip
+                    ).rowcount
                 if deleted:
                     storage.delete_file(self.uri(sha256))
                     gone.append(sha256)
@@ -225,8 +232,9 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
                 raise CodeTooLarge(
                     f"The package holds {len(infos)} files, more than {settings.code_max_files} "
                     f"(RAYDOCK_CODE_MAX_FILES); the biggest: {_biggest(infos)}. Leave out what the job does not need.",
-                    status=422, details=[{"cap": "max_files"}],
-                )  # fmt: skip
+                    status=422,
+                    details=[{"cap": "max_files"}],
+                )
             seen: set[str] = set()
             for info in infos:
                 _check_entry(info, seen)
@@ -236,7 +244,7 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
                     f"The package unpacks to {declared} bytes, more than {settings.code_max_bytes} (RAYDOCK_CODE_MAX_BYTES); "
                     f"the biggest files: {_biggest(infos)}. Leave out what the job does not need.",
                     details=[{"cap": "max_bytes"}],
-                )  # fmt: skip
+                )
             for info in infos:
                 # zipfile stops at the declared size and then checks the CRC: a member
                 # that would inflate past what it declares fails here, never fills a disk.
@@ -246,7 +254,9 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
                         while chunk := member.read(READ_CHUNK):
                             inflated += len(chunk)
                 except zipfile.BadZipFile as exc:
-                    raise _unsafe(info.filename, f"does not inflate to the {info.file_size} bytes it declares ({exc})") from exc
+                    raise _unsafe(
+                        info.filename, f"does not inflate to the {info.file_size} bytes it declares ({exc})"
+                    ) from exc
                 if inflated != info.file_size:
                     raise _unsafe(info.filename, f"inflates to {inflated} bytes, not the {info.file_size} it declares")
             return len(infos), declared
@@ -278,8 +288,10 @@ def _check_entry(info: zipfile.ZipInfo, seen: set[str]) -> None:
 def _unsafe(name: str, why: str) -> InvalidSpec:
     return InvalidSpec(
         f"The package entry {name[:300]!r} {why}; nothing was stored. Package the directory with `raydock submit` "
-        "or Client.upload_code.", code="code_package_unsafe", details=[{"entry": name[:300], "msg": why}],
-    )  # fmt: skip
+        "or Client.upload_code.",
+        code="code_package_unsafe",
+        details=[{"entry": name[:300], "msg": why}],
+    )
 
 
 def _too_large_body(size: int, cap: int) -> CodeTooLarge:
@@ -287,7 +299,7 @@ def _too_large_body(size: int, cap: int) -> CodeTooLarge:
         f"The package is {size}+ bytes, more than {cap} (RAYDOCK_CODE_MAX_BYTES). Leave out what the job does not "
         "need (a .gitignore or .rayignore file, runtime_env.excludes), or ask the operator to raise the cap.",
         details=[{"cap": "max_bytes"}],
-    )  # fmt: skip
+    )
 
 
 def _not_found(sha256: str) -> NotFound:
@@ -296,6 +308,11 @@ def _not_found(sha256: str) -> NotFound:
 
 def _public(row: CodePackageRow, jobs: int) -> CodePackagePublic:
     return CodePackagePublic(
-        sha256=row.sha256, size_bytes=row.size_bytes, files=row.files, content_bytes=row.content_bytes,
-        created_at=row.created_at, last_used_at=row.last_used_at, jobs=jobs,
-    )  # fmt: skip
+        sha256=row.sha256,
+        size_bytes=row.size_bytes,
+        files=row.files,
+        content_bytes=row.content_bytes,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        jobs=jobs,
+    )

@@ -31,11 +31,14 @@ class EventLimits:
     @classmethod
     def from_settings(cls, settings: Any) -> EventLimits:
         return cls(
-            metrics=settings.max_metrics_per_job, trial_reports=settings.max_trial_reports_per_job,
-            trials=settings.max_trials_per_job, worker_groups=settings.max_worker_groups_per_job,
-            checkpoints=settings.max_checkpoints_per_job, exploits=settings.max_exploits_per_job,
+            metrics=settings.max_metrics_per_job,
+            trial_reports=settings.max_trial_reports_per_job,
+            trials=settings.max_trials_per_job,
+            worker_groups=settings.max_worker_groups_per_job,
+            checkpoints=settings.max_checkpoints_per_job,
+            exploits=settings.max_exploits_per_job,
             restarts_kept=settings.max_restarts_kept,
-        )  # fmt: skip
+        )
 
 
 # kind -> (the job row's counter, the setting that bounds it, what it counts)

@@ -13,8 +13,14 @@ from rich.table import Table
 
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
-    days: Annotated[Optional[float], typer.Option(min=0, help="Finished more than this many days ago (default RAYDOCK_RETENTION_DAYS).")] = None,
-    max_finished: Annotated[Optional[int], typer.Option(min=0, help="Keep this many finished jobs, the newest (default RAYDOCK_RETENTION_MAX_FINISHED).")] = None,
+    days: Annotated[
+        Optional[float],
+        typer.Option(min=0, help="Finished more than this many days ago (default RAYDOCK_RETENTION_DAYS)."),
+    ] = None,
+    max_finished: Annotated[
+        Optional[int],
+        typer.Option(min=0, help="Keep this many finished jobs, the newest (default RAYDOCK_RETENTION_MAX_FINISHED)."),
+    ] = None,
     show: Annotated[int, typer.Option(min=0, help="How many of the jobs to list.")] = 20,
 ) -> None:
     """Delete finished jobs past the retention policy, with their rows and storage."""
@@ -26,7 +32,10 @@ def gc(
     console = Console()
     settings = Settings()
     configured = Policy.from_settings(settings)
-    policy = Policy(days if days is not None else configured.days, max_finished if max_finished is not None else configured.max_finished)
+    policy = Policy(
+        days if days is not None else configured.days,
+        max_finished if max_finished is not None else configured.max_finished,
+    )
     if not policy.is_set:
         Console(stderr=True).print(
             "[red]error:[/red] no retention policy: set RAYDOCK_RETENTION_DAYS / RAYDOCK_RETENTION_MAX_FINISHED, or pass --days / --max-finished"

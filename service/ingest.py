@@ -69,8 +69,11 @@ MAX_REASON = 300
 KEY_BATCH = 500  # event keys looked up per query
 # Where each keyed event is stored (its (attempt, src_seq) once).
 KEYED: dict[type, type[EventKey]] = {
-    MetricEvent: MetricRow, TrialMetricEvent: TrialMetricRow, WorkerGroupEvent: WorkerGroupRow, ExploitEvent: ExploitRow,
-}  # fmt: skip
+    MetricEvent: MetricRow,
+    TrialMetricEvent: TrialMetricRow,
+    WorkerGroupEvent: WorkerGroupRow,
+    ExploitEvent: ExploitRow,
+}
 
 
 def token_hash(token: str) -> str:
@@ -124,9 +127,11 @@ class _Batch:
                 # The range too: PostgreSQL, its statistics not yet updated after a fast
                 # insert, may read the list as a filter over the attempt's every key.
                 q = select(table.src_seq).where(
-                    table.job_id == self.job.id, table.attempt == self.job.attempt,
-                    table.src_seq.between(part[0], part[-1]), table.src_seq.in_(part),
-                )  # fmt: skip
+                    table.job_id == self.job.id,
+                    table.attempt == self.job.attempt,
+                    table.src_seq.between(part[0], part[-1]),
+                    table.src_seq.in_(part),
+                )
                 found.update(self.s.scalars(q))
             self.stored[table] = found
         return seq in self.stored[table]
@@ -145,7 +150,13 @@ class Ingest:
     """Takes events and log text into the store. One lock per job keeps a job's two
     channels from interleaving; jobs never wait on each other."""
 
-    def __init__(self, sessions: sessionmaker, storage_path: str, max_log_bytes: int = 64 << 20, limits: EventLimits | None = None):
+    def __init__(
+        self,
+        sessions: sessionmaker,
+        storage_path: str,
+        max_log_bytes: int = 64 << 20,
+        limits: EventLimits | None = None,
+    ):
         self.sessions = sessions
         self.limits = limits or EventLimits()
         self.storage_path = storage_path
@@ -174,7 +185,15 @@ class Ingest:
         text = text[:end]
         return end if self.take(job_id, parse_log_events(text), log_text=text, log_at=at) else 0
 
-    def take(self, job_id: str, raws: list[Any], *, log_text: str | None = None, log_at: int | None = None, push: bool = False) -> bool:
+    def take(
+        self,
+        job_id: str,
+        raws: list[Any],
+        *,
+        log_text: str | None = None,
+        log_at: int | None = None,
+        push: bool = False,
+    ) -> bool:
         """Store events once each, and optionally log text of the current attempt that
         starts at ``log_at``, in one transaction. Never raises for what an event holds.
         False when nothing was taken (no such job, or the log text is not the next)."""
@@ -226,7 +245,16 @@ class Ingest:
                 room(self.limits, job, "checkpoints")
                 event_limits.stored(job, "checkpoints")
                 m = event.metrics
-                s.add(CheckpointRow(job_id=job.id, attempt=job.attempt, path=path, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m))
+                s.add(
+                    CheckpointRow(
+                        job_id=job.id,
+                        attempt=job.attempt,
+                        path=path,
+                        step=_int(m.get("step")),
+                        epoch=_int(m.get("epoch")),
+                        values=m,
+                    )
+                )
             case WorkerFailureEvent():
                 event_limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
             case ErrorEvent():
@@ -240,11 +268,17 @@ class Ingest:
                 if batch.seen(WorkerGroupRow, event.seq):
                     return
                 room(self.limits, job, "worker_groups")
-                s.add(WorkerGroupRow(
-                    job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts,
-                    seq=job.worker_groups_stored, world_size=event.world_size,
-                    nodes=[n.model_dump() for n in event.nodes],
-                ))  # fmt: skip
+                s.add(
+                    WorkerGroupRow(
+                        job_id=job.id,
+                        attempt=job.attempt,
+                        src_seq=event.seq,
+                        ts=event.ts,
+                        seq=job.worker_groups_stored,
+                        world_size=event.world_size,
+                        nodes=[n.model_dump() for n in event.nodes],
+                    )
+                )
                 batch.stored_now(WorkerGroupRow, event.seq)
                 job.worker_groups_stored += 1
             case TrialMetricEvent() | TrialEvent() | ExploitEvent() | BestTrialEvent() if job.kind != "tune":
@@ -269,12 +303,23 @@ class Ingest:
                 trial = _trial(s, job, event.trial_id, batch)
                 batch.stored_now(ExploitRow, event.seq)
                 event_limits.stored(job, "exploits")
-                s.add(ExploitRow(
-                    job_id=job.id, attempt=job.attempt, src_seq=event.seq, ts=event.ts, trial_id=event.trial_id,
-                    donor_trial_id=event.donor_trial_id, donor_time=event.donor_time, trial_time=event.trial_time,
-                    donor_metric=event.donor_metric, old_config=event.old_config, donor_config=event.donor_config,
-                    new_config=event.new_config, checkpoint_path=event.checkpoint_path,
-                ))  # fmt: skip
+                s.add(
+                    ExploitRow(
+                        job_id=job.id,
+                        attempt=job.attempt,
+                        src_seq=event.seq,
+                        ts=event.ts,
+                        trial_id=event.trial_id,
+                        donor_trial_id=event.donor_trial_id,
+                        donor_time=event.donor_time,
+                        trial_time=event.trial_time,
+                        donor_metric=event.donor_metric,
+                        old_config=event.old_config,
+                        donor_config=event.donor_config,
+                        new_config=event.new_config,
+                        checkpoint_path=event.checkpoint_path,
+                    )
+                )
                 trial.exploits += 1
             case BestTrialEvent():
                 self._own_path(job, event.checkpoint_path)
@@ -296,10 +341,18 @@ def _metric(s: Session, job: JobRow, event: MetricEvent, push: bool, batch: _Bat
         return
     room(batch.limits, job, "metrics")
     m = event.metrics
-    batch.metrics.append(dict(
-        job_id=job.id, attempt=job.attempt, src_seq=event.seq, seq=job.metrics_stored,
-        ts=event.ts, step=_int(m.get("step")), epoch=_int(m.get("epoch")), values=m,
-    ))  # fmt: skip
+    batch.metrics.append(
+        dict(
+            job_id=job.id,
+            attempt=job.attempt,
+            src_seq=event.seq,
+            seq=job.metrics_stored,
+            ts=event.ts,
+            step=_int(m.get("step")),
+            epoch=_int(m.get("epoch")),
+            values=m,
+        )
+    )
     batch.stored_now(MetricRow, event.seq)
     job.metrics_stored += 1
     job.attempt_metrics += 1
@@ -315,7 +368,16 @@ def _trial(s: Session, job: JobRow, trial_id: str, batch: _Batch) -> TrialRow:
         row = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id, TrialRow.trial_id == trial_id))
     if row is None:
         room(batch.limits, job, "trials")
-        row = TrialRow(job_id=job.id, trial_id=trial_id, status="PENDING", config={}, reports=0, exploits=0, event_attempt=0, event_seq=-1)
+        row = TrialRow(
+            job_id=job.id,
+            trial_id=trial_id,
+            status="PENDING",
+            config={},
+            reports=0,
+            exploits=0,
+            event_attempt=0,
+            event_seq=-1,
+        )
         s.add(row)
         s.flush()
         event_limits.stored(job, "trials")
@@ -331,10 +393,19 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     batch.stored_now(TrialMetricRow, event.seq)
     event_limits.stored(job, "trial_reports")
     m = event.metrics
-    s.add(TrialMetricRow(
-        job_id=job.id, attempt=job.attempt, src_seq=event.seq, trial_id=event.trial_id, ts=event.ts,
-        epoch=_int(m.get("epoch")), step=_int(m.get("step")), values=m, config=event.config,
-    ))  # fmt: skip
+    s.add(
+        TrialMetricRow(
+            job_id=job.id,
+            attempt=job.attempt,
+            src_seq=event.seq,
+            trial_id=event.trial_id,
+            ts=event.ts,
+            epoch=_int(m.get("epoch")),
+            step=_int(m.get("step")),
+            values=m,
+            config=event.config,
+        )
+    )
     row.reports += 1
     row.last_metrics = m
     budget = job.spec.get("budget") or {}

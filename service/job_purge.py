@@ -32,7 +32,17 @@ from service.store import (
 CHUNK_ROWS = 5000  # rows deleted per transaction
 PAUSE_S = 0.01  # between chunks: other writers get the database
 # The tables whose rows a job may own in numbers (the few others go with the job row).
-CHILDREN = (MetricRow, TrialMetricRow, MetricRollupRow, LogChunkRow, WorkerGroupRow, ExploitRow, CheckpointRow, TrialRow, TransitionRow)
+CHILDREN = (
+    MetricRow,
+    TrialMetricRow,
+    MetricRollupRow,
+    LogChunkRow,
+    WorkerGroupRow,
+    ExploitRow,
+    CheckpointRow,
+    TrialRow,
+    TransitionRow,
+)
 
 
 def mark(sessions: sessionmaker, job_ids: list[str], statuses: tuple[str, ...]) -> list[str]:

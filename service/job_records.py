@@ -45,7 +45,9 @@ def to_public(job: Any) -> JobPublic:
         attempt=job.attempt,
         ray_job_id=job.ray_job_id,
         latest_metrics=job.latest_metrics,
-        queue_position=job.queue_position if job.status == JobStatus.QUEUED.value and job.submission_id is None else None,
+        queue_position=job.queue_position
+        if job.status == JobStatus.QUEUED.value and job.submission_id is None
+        else None,
         dropped_events=job.dropped_events or 0,
         last_dropped_reason=job.last_drop_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
@@ -59,7 +61,10 @@ def insert_job(conn: Connection, row: dict[str, Any]) -> JobPublic:
     would need SQLite 3.35)."""
     conn.execute(insert(_JOBS), row)
     if row["labels"]:
-        labels = [{"job_id": row["id"], "key": k, "value": v, "created_at": row["created_at"]} for k, v in row["labels"].items()]
+        labels = [
+            {"job_id": row["id"], "key": k, "value": v, "created_at": row["created_at"]}
+            for k, v in row["labels"].items()
+        ]
         conn.execute(insert(_LABELS), labels)  # a child table, so label filters are an indexed lookup
     return to_public(conn.execute(BY_ID, {"job_id": row["id"]}).one())
 

@@ -17,13 +17,23 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import CODE_REF_PREFIX, CancelledJobs, CancelRefusal, CheckpointPublic, JobList, JobPublic, JobSpec, JobStatus, MetricPoint
+from api.schemas import (
+    CODE_REF_PREFIX,
+    CancelledJobs,
+    CancelRefusal,
+    CheckpointPublic,
+    JobList,
+    JobPublic,
+    JobSpec,
+    JobStatus,
+    MetricPoint,
+)
 from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
 from service.event_limits import EventLimits
 from service.event_push import PushGate, check_search_batch, chunks
-from service.job_records import to_public
 from service.ingest import Ingest
+from service.job_records import to_public
 from service.ray_backend import ClusterUnavailable, RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, count, utcnow
@@ -41,7 +51,9 @@ class JobService:
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
-        self.events = Ingest(sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings))
+        self.events = Ingest(
+            sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings)
+        )
         self.pushes = PushGate()  # one post of a job's events in flight (service/event_push.py)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
@@ -151,11 +163,19 @@ class JobService:
         return job if job is not None else self._job_missing(job_id)
 
     def list(
-        self, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None
+        self,
+        *,
+        status: JobStatus | None,
+        labels: dict[str, str],
+        limit: int,
+        offset: int = 0,
+        cursor: str | None = None,
     ) -> JobList:
         """Newest first; ``cursor`` (a page's ``next``) continues after that page."""
         with self.sessions() as s:
-            rows, total, after = listing.page(s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
+            rows, total, after = listing.page(
+                s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor
+            )
             return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
     def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
@@ -164,7 +184,9 @@ class JobService:
             self._job(s, job_id)
             return series.page(s, job_id, since, limit)
 
-    def metrics_downsampled(self, job_id: str, since: int, max_points: int, until: int | None = None) -> list[MetricPoint]:
+    def metrics_downsampled(
+        self, job_id: str, since: int, max_points: int, until: int | None = None
+    ) -> list[MetricPoint]:
         with self.sessions() as s:
             self._job(s, job_id)
             return series.downsample(s, job_id, since, max_points, until)
@@ -187,12 +209,16 @@ class JobService:
     def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
         with self.sessions() as s:
             self._job(s, job_id)
-            rows = s.scalars(select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)).all()
+            rows = s.scalars(
+                select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)
+            ).all()
         # Ray Train deletes checkpoints beyond `checkpoint.keep`; list only those still stored
         # (and, checked again, only inside the job's own prefix).
         prefix = self.prefix(job_id)
         return [
-            CheckpointPublic(id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at)
+            CheckpointPublic(
+                id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
+            )
             for r in rows
             if storage.within(r.path, prefix) and storage.exists(r.path)
         ]
@@ -203,7 +229,9 @@ class JobService:
             row = s.get(CheckpointRow, checkpoint_id)
         prefix = self.prefix(job_id)
         if row is None or row.job_id != job_id or not storage.within(row.path, prefix):
-            raise NotFound(f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints.")
+            raise NotFound(
+                f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints."
+            )
         if not storage.exists(row.path):
             raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
         return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", storage.archive(row.path, prefix)
@@ -216,14 +244,18 @@ class JobService:
             for _ in range(3):  # a lost race re-reads the job and decides again
                 status = JobStatus(job.status)
                 if status.is_terminal():
-                    raise Conflict(f"Job {job_id} already ended ({status.value}); nothing to cancel.", code="job_finished")
+                    raise Conflict(
+                        f"Job {job_id} already ended ({status.value}); nothing to cancel.", code="job_finished"
+                    )
                 if status == JobStatus.CANCELLING:
                     break
                 if status == JobStatus.QUEUED:
                     # A submit in flight (submission_id set) finds the job CANCELLED and
                     # stops what Ray accepted; reconciliation catches it if that fails.
                     gone = {"submission_id": None, "queue_position": None}  # the submit's confirm then finds it gone
-                    if lifecycle.transition(s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone):
+                    if lifecycle.transition(
+                        s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone
+                    ):
                         break
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
                     break
@@ -244,8 +276,13 @@ class JobService:
             try:
                 with self.sessions.begin() as s:
                     known = set(s.scalars(select(JobRow.id).where(JobRow.id.in_(ids))))
-                    gone = {"submission_id": None, "queue_position": None}  # as for one cancel: a submit in flight finds it gone
-                    moved = lifecycle.transition_many(s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone)
+                    gone = {
+                        "submission_id": None,
+                        "queue_position": None,
+                    }  # as for one cancel: a submit in flight finds it gone
+                    moved = lifecycle.transition_many(
+                        s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone
+                    )
                 break
             except DBAPIError as exc:  # PostgreSQL chose this transaction to end a deadlock: nothing was written
                 if tries_left == 0 or getattr(exc.orig, "sqlstate", None) != DEADLOCK:
@@ -275,10 +312,15 @@ class JobService:
                 raise Conflict(f"Job {job_id} is being deleted; it cannot be resumed.", code="job_being_deleted")
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
                 raise Conflict(
-                    f"Job {job_id} is {status.value}; only FAILED or CANCELLED jobs can be resumed.", code="job_not_resumable"
+                    f"Job {job_id} is {status.value}; only FAILED or CANCELLED jobs can be resumed.",
+                    code="job_not_resumable",
                 )
             has_checkpoint = count(s, CheckpointRow, CheckpointRow.job_id == job_id)
-            reason = "resumed from its last checkpoint" if has_checkpoint else "resumed (no checkpoint yet: starts from scratch)"
+            reason = (
+                "resumed from its last checkpoint"
+                if has_checkpoint
+                else "resumed (no checkpoint yet: starts from scratch)"
+            )
             # The ended attempt's driver can no longer push; the next attempt gets a new token.
             fresh = {"events_token_hash": None, "submission_id": None, "queue_position": None}
             if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason, also=fresh):

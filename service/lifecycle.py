@@ -40,7 +40,16 @@ FAILURE_REASON: dict[FailureCause, str] = {
 # Causes a job's own events may state; TIMEOUT (and a cancel) only the server decides.
 EVENT_CAUSES = frozenset({C.USER_CODE, C.NO_RESOURCES, C.INFRASTRUCTURE})
 
-_LIFECYCLE_FIELDS = ("status", "status_reason", "started_at", "finished_at", "queued_at", "attempt_started_at", "failure_cause", "error")
+_LIFECYCLE_FIELDS = (
+    "status",
+    "status_reason",
+    "started_at",
+    "finished_at",
+    "queued_at",
+    "attempt_started_at",
+    "failure_cause",
+    "error",
+)
 
 
 class IllegalTransition(Exception):
@@ -87,7 +96,13 @@ def transition(
 
 
 def _values(
-    target: JobStatus, reason: str | None, cause: FailureCause | None, error: str | None, also: dict[str, Any] | None, *, first_start: bool
+    target: JobStatus,
+    reason: str | None,
+    cause: FailureCause | None,
+    error: str | None,
+    also: dict[str, Any] | None,
+    *,
+    first_start: bool,
 ) -> dict[str, Any]:
     """The columns a move to ``target`` writes."""
     now = utcnow()
@@ -107,7 +122,13 @@ def _values(
 
 
 def transition_many(
-    session: Session, job_ids: list[str], current: JobStatus, target: JobStatus, *, reason: str, also: dict[str, Any] | None = None
+    session: Session,
+    job_ids: list[str],
+    current: JobStatus,
+    target: JobStatus,
+    *,
+    reason: str,
+    also: dict[str, Any] | None = None,
 ) -> list[str]:
     """Move every job of ``job_ids`` still in ``current`` to ``target`` in one
     compare-and-set statement (e.g. a mass cancel of queued jobs); returns those moved.
@@ -118,16 +139,31 @@ def transition_many(
     session.flush()
     # Row locks in id order, as every writer of many jobs takes them: two such writers
     # wait for each other instead of deadlocking (PostgreSQL; SQLite has one writer).
-    session.execute(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.status == current.value).order_by(JobRow.id).with_for_update())
-    moved = list(session.scalars(
-        update(JobRow).where(JobRow.id.in_(job_ids), JobRow.status == current.value).values(**values).returning(JobRow.id),
-        execution_options={"synchronize_session": False},
-    ))  # fmt: skip
-    session.add_all(TransitionRow(job_id=job_id, from_status=current.value, to_status=target.value, reason=reason) for job_id in moved)
+    session.execute(
+        select(JobRow.id)
+        .where(JobRow.id.in_(job_ids), JobRow.status == current.value)
+        .order_by(JobRow.id)
+        .with_for_update()
+    )
+    moved = list(
+        session.scalars(
+            update(JobRow)
+            .where(JobRow.id.in_(job_ids), JobRow.status == current.value)
+            .values(**values)
+            .returning(JobRow.id),
+            execution_options={"synchronize_session": False},
+        )
+    )
+    session.add_all(
+        TransitionRow(job_id=job_id, from_status=current.value, to_status=target.value, reason=reason)
+        for job_id in moved
+    )
     return moved
 
 
-def fail(session: Session, job: JobRow, cause: FailureCause, error: str | None = None, *, reason: str | None = None) -> bool:
+def fail(
+    session: Session, job: JobRow, cause: FailureCause, error: str | None = None, *, reason: str | None = None
+) -> bool:
     """FAILED with ``cause``; the reason defaults to the cause's."""
     return transition(session, job, S.FAILED, cause=cause, reason=reason or FAILURE_REASON[cause], error=error)
 

@@ -57,7 +57,13 @@ def filtered(query: Select, status: JobStatus | None, labels: dict[str, str]) ->
 
 
 def page(
-    s: Session, *, status: JobStatus | None, labels: dict[str, str], limit: int, offset: int = 0, cursor: str | None = None
+    s: Session,
+    *,
+    status: JobStatus | None,
+    labels: dict[str, str],
+    limit: int,
+    offset: int = 0,
+    cursor: str | None = None,
 ) -> tuple[list[JobRow], int, str | None]:
     """One page of jobs (newest first), how many match in all, and the cursor of the
     next page (None on the last). With a label filter the page is read from the label
@@ -67,7 +73,10 @@ def page(
     if labels:
         (key, value), *rest = labels.items()
         first = (JobLabelRow.job_id == JobRow.id) & (JobLabelRow.key == key) & (JobLabelRow.value == value)
-        rows_q, count_q = rows_q.join(JobLabelRow, first), select(func.count()).select_from(JobLabelRow).join(JobRow, first)
+        rows_q, count_q = (
+            rows_q.join(JobLabelRow, first),
+            select(func.count()).select_from(JobLabelRow).join(JobRow, first),
+        )
         newest_first, labels = (JobLabelRow.created_at, JobLabelRow.job_id), dict(rest)
     rows_q, count_q = filtered(rows_q, status, labels), filtered(count_q, status, labels)
     if cursor:

@@ -43,9 +43,23 @@ SINGLE_MACHINE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 # Anything else (RAYDOCK_* such as the API token and the database URL, cloud keys,
 # RAY_ADDRESS of another cluster) stays with the server.
 HEAD_ENV_NAMES = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "VIRTUAL_ENV",
-     "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
-)  # fmt: skip
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    }
+)
 HEAD_ENV_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_", "RAY_", "AUTOSCALER_")
 HEAD_ENV_DENIED = frozenset({"RAY_ADDRESS"})
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -195,13 +209,25 @@ def start_head(
     gcs, dash, client, agent_http, agent_grpc, node_mgr, obj_mgr, metrics, rt_env = free_ports(9)
     ray_bin = str(Path(sys.executable).with_name("ray"))
     cmd = [
-        ray_bin, "start", "--head", "--block", "--disable-usage-stats", f"--node-ip-address={LOOPBACK}",
-        f"--port={gcs}", f"--dashboard-port={dash}", f"--dashboard-host={LOOPBACK}", "--include-dashboard=true",
-        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent_http}",
-        f"--dashboard-agent-grpc-port={agent_grpc}", f"--node-manager-port={node_mgr}",
-        f"--object-manager-port={obj_mgr}", f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={rt_env}",
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={LOOPBACK}",
+        f"--port={gcs}",
+        f"--dashboard-port={dash}",
+        f"--dashboard-host={LOOPBACK}",
+        "--include-dashboard=true",
+        f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent_http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--node-manager-port={node_mgr}",
+        f"--object-manager-port={obj_mgr}",
+        f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={rt_env}",
         f"--temp-dir={temp_dir}/r",
-    ]  # fmt: skip
+    ]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's address unless Ray
@@ -217,9 +243,13 @@ def start_head(
     log_path = state_dir / "head.log"
     log = open(log_path, "ab")
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=head_env(env, auth_token_path=auth_token_path),
-    )  # fmt: skip
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=head_env(env, auth_token_path=auth_token_path),
+    )
     token_path = str(auth_token_path) if auth_token_path is not None else None
     head = LocalHead(proc.pid, f"{LOOPBACK}:{gcs}", f"http://{LOOPBACK}:{dash}", temp_dir, str(log_path), token_path)
     deadline = time.monotonic() + timeout
@@ -283,6 +313,8 @@ def ensure_head(state_dir: Path, *, num_cpus: int | None = None, auth_token_path
         log.warning(
             "the running local Ray head (pid %s) was not started with the token file %s; it is kept so its jobs "
             "go on. Stop it (kill -TERM -%s) while no job runs, and the next start makes one with token auth on 127.0.0.1.",
-            head.pid, auth_token_path, head.pid,
-        )  # fmt: skip
+            head.pid,
+            auth_token_path,
+            head.pid,
+        )
     return head

@@ -109,7 +109,11 @@ class LogTails:
     def _tail(self, job_id: str, submission_id: str, offset: int) -> _Tail:
         tail = self._tails.get(job_id)
         if tail is not None and tail.submission_id == submission_id:
-            if tail.failed_at is not None and tail.failures < MAX_TAIL_FAILURES and time.monotonic() - tail.failed_at > RETRY_AFTER_S:
+            if (
+                tail.failed_at is not None
+                and tail.failures < MAX_TAIL_FAILURES
+                and time.monotonic() - tail.failed_at > RETRY_AFTER_S
+            ):
                 self._restart(job_id, submission_id, offset)
             return self._tails[job_id]
         if tail is not None:

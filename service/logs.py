@@ -42,7 +42,10 @@ def append(s: Session, job: JobRow, text: str, cap: int) -> None:
     if not text:
         return
     last = s.scalar(
-        select(LogChunkRow).where(LogChunkRow.job_id == job.id, LogChunkRow.end_offset == job.log_end).order_by(LogChunkRow.id.desc()).limit(1)
+        select(LogChunkRow)
+        .where(LogChunkRow.job_id == job.id, LogChunkRow.end_offset == job.log_end)
+        .order_by(LogChunkRow.id.desc())
+        .limit(1)
     )
     while text:
         head_room = cap // 4 - job.log_stored_bytes  # the head is the first quarter of the cap
@@ -68,7 +71,9 @@ def _drop_middle(s: Session, job: JobRow, cap: int) -> None:
     newest chunk always stays); the marker grows over what they spanned."""
     s.flush()
     mark = s.scalar(select(LogChunkRow).where(LogChunkRow.job_id == job.id, LogChunkRow.dropped_bytes.is_not(None)))
-    body = select(LogChunkRow).where(LogChunkRow.job_id == job.id, LogChunkRow.head.is_(False), LogChunkRow.dropped_bytes.is_(None))
+    body = select(LogChunkRow).where(
+        LogChunkRow.job_id == job.id, LogChunkRow.head.is_(False), LogChunkRow.dropped_bytes.is_(None)
+    )
     while job.log_stored_bytes > cap:
         oldest = s.scalars(body.order_by(LogChunkRow.end_offset).limit(READ_CHUNKS)).all()
         if len(oldest) <= 1:
@@ -77,7 +82,14 @@ def _drop_middle(s: Session, job: JobRow, cap: int) -> None:
             if job.log_stored_bytes <= cap:
                 break
             if mark is None:
-                mark = LogChunkRow(job_id=job.id, text="", start_offset=row.start_offset, end_offset=row.start_offset, nbytes=0, dropped_bytes=0)
+                mark = LogChunkRow(
+                    job_id=job.id,
+                    text="",
+                    start_offset=row.start_offset,
+                    end_offset=row.start_offset,
+                    nbytes=0,
+                    dropped_bytes=0,
+                )
                 s.add(mark)
             mark.end_offset, mark.dropped_bytes = row.end_offset, mark.dropped_bytes + row.nbytes
             job.log_stored_bytes -= row.nbytes

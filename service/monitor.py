@@ -150,9 +150,12 @@ class Monitor:
             job = s.get(JobRow, job_id)
             if job is not None and job.status in ACTIVE:
                 lifecycle.fail(
-                    s, job, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}"[:LOG_TAIL_IN_ERROR],
+                    s,
+                    job,
+                    FailureCause.INFRASTRUCTURE,
+                    f"{type(exc).__name__}: {exc}"[:LOG_TAIL_IN_ERROR],
                     reason=f"the server could not follow the job ({FOLLOW_FAILURES} tries in a row)",
-                )  # fmt: skip
+                )
         # Its Ray job is stopped by reconciliation: it is no longer active in that attempt.
 
     def _cluster_unreachable(self, active: list[str], exc: Exception) -> None:
@@ -166,9 +169,12 @@ class Monitor:
                 job = s.get(JobRow, job_id)
                 if job is not None and job.status in ACTIVE:
                     lifecycle.fail(
-                        s, job, FailureCause.INFRASTRUCTURE, str(exc),
+                        s,
+                        job,
+                        FailureCause.INFRASTRUCTURE,
+                        str(exc),
                         reason=f"the Ray cluster has been unreachable for {self.settings.cluster_lost_after_s:g}s",
-                    )  # fmt: skip
+                    )
 
     # ------------------------------------------------------------------ starting jobs
 
@@ -205,9 +211,11 @@ class Monitor:
             with self.sessions.begin() as s:
                 job = s.get(JobRow, job_id)
                 lifecycle.fail(
-                    s, job, FailureCause.INFRASTRUCTURE,
+                    s,
+                    job,
+                    FailureCause.INFRASTRUCTURE,
                     reason="the Ray cluster has no record of this job (the cluster was restarted or replaced)",
-                )  # fmt: skip
+                )
             return
         target = lifecycle.from_ray(state.status, current)
         # What the attempt logged since the last tick (service/log_tails.py); once Ray says
@@ -227,7 +235,9 @@ class Monitor:
             log_tail = logs.tail(s, job, LOG_TAIL_IN_ERROR) if target.is_terminal() else ""
             decision = lifecycle.decide(job, state.status, state.message, log_tail)
             if decision.target is not None:
-                lifecycle.transition(s, job, decision.target, reason=decision.reason, cause=decision.cause, error=decision.error)
+                lifecycle.transition(
+                    s, job, decision.target, reason=decision.reason, cause=decision.cause, error=decision.error
+                )
 
     def _past_max_runtime(self, job_id: str) -> bool:
         """Whether this attempt ran past max_runtime_s; if so the job is moved to
@@ -238,7 +248,9 @@ class Monitor:
             if limit is None or since is None or (utcnow() - aware(since)).total_seconds() <= limit:
                 return False
             error = f"The job ran longer than max_runtime_s={limit:g} and was stopped. Raise max_runtime_s if it needs longer."
-            timeout = {"failure_cause": FailureCause.TIMEOUT.value, "error": error}  # written with the move, or not at all
+            timeout = {
+                "failure_cause": FailureCause.TIMEOUT.value,
+                "error": error,
+            }  # written with the move, or not at all
             lifecycle.transition(s, job, JobStatus.CANCELLING, reason="stopping: exceeded max_runtime_s", also=timeout)
         return True
-

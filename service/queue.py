@@ -46,7 +46,15 @@ def _queued(row) -> admission.Queued:
     return admission.Queued(row.id, row.demand_cpus, row.demand_gpus, at, row.scheduling_timeout_s, row.status_reason)
 
 
-_QUEUED_COLUMNS = (JobRow.id, JobRow.priority, JobRow.demand_cpus, JobRow.demand_gpus, JobRow.queued_at, JobRow.scheduling_timeout_s, JobRow.status_reason)
+_QUEUED_COLUMNS = (
+    JobRow.id,
+    JobRow.priority,
+    JobRow.demand_cpus,
+    JobRow.demand_gpus,
+    JobRow.queued_at,
+    JobRow.scheduling_timeout_s,
+    JobRow.status_reason,
+)
 
 
 def head(s: Session, skip: set[str]) -> Iterator[admission.Queued]:
@@ -71,18 +79,24 @@ def _after_in_order(priority: int, queued_at: datetime | None, job_id: str):
     if queued_at is None:  # NULL sorts first (SQLite) or last (Postgres): only the id breaks ties then
         return (JobRow.priority < priority) | ((JobRow.priority == priority) & (JobRow.id > job_id))
     same_time_later = (JobRow.queued_at == queued_at) & (JobRow.id > job_id)
-    return (JobRow.priority < priority) | ((JobRow.priority == priority) & ((JobRow.queued_at > queued_at) | same_time_later))
+    return (JobRow.priority < priority) | (
+        (JobRow.priority == priority) & ((JobRow.queued_at > queued_at) | same_time_later)
+    )
 
 
 def _before_in_order(priority: int, queued_at: datetime, job_id: str):
     """Rows before (priority, queued_at, id) in queue order."""
     same_time_earlier = (JobRow.queued_at == queued_at) & (JobRow.id < job_id)
-    return (JobRow.priority > priority) | ((JobRow.priority == priority) & ((JobRow.queued_at < queued_at) | same_time_earlier))
+    return (JobRow.priority > priority) | (
+        (JobRow.priority == priority) & ((JobRow.queued_at < queued_at) | same_time_earlier)
+    )
 
 
 def with_deadline(s: Session) -> list[admission.Queued]:
     """Waiting jobs that have a scheduling deadline (few: most jobs set none)."""
-    q = select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.scheduling_timeout_s.is_not(None), JobRow.submission_id.is_(None))
+    q = select(*_QUEUED_COLUMNS).where(
+        JobRow.status == QUEUED, JobRow.scheduling_timeout_s.is_not(None), JobRow.submission_id.is_(None)
+    )
     return [_queued(r) for r in s.execute(q)]
 
 
@@ -95,7 +109,12 @@ def never_fit(s: Session, max_cpus: float, max_gpus: float) -> list[str]:
 
 def untyped(s: Session, statuses: tuple[str, ...]) -> list[tuple[str, dict]]:
     """Jobs stored before the typed columns existed: (id, spec)."""
-    return [tuple(r) for r in s.execute(select(JobRow.id, JobRow.spec).where(JobRow.status.in_(statuses), JobRow.demand_cpus.is_(None)))]
+    return [
+        tuple(r)
+        for r in s.execute(
+            select(JobRow.id, JobRow.spec).where(JobRow.status.in_(statuses), JobRow.demand_cpus.is_(None))
+        )
+    ]
 
 
 def _submitting(s: Session, *columns) -> list:
@@ -178,7 +197,11 @@ def store_positions(s: Session, touched: set[str] | None = None) -> int:
     a job queued at the end moves no one."""
     line = select(JobRow.id, JobRow.queue_position).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None))
     ahead = 0
-    keys = s.execute(select(JobRow.priority, JobRow.queued_at, JobRow.id).where(JobRow.id.in_(touched))).all() if touched else []
+    keys = (
+        s.execute(select(JobRow.priority, JobRow.queued_at, JobRow.id).where(JobRow.id.in_(touched))).all()
+        if touched
+        else []
+    )
     if keys and all(k.queued_at is not None for k in keys):
         first = min(keys, key=lambda k: (-k.priority, aware(k.queued_at), k.id))
         before = _before_in_order(first.priority, first.queued_at, first.id)

@@ -127,7 +127,9 @@ class QueueKeeper:
                     w.execute(update(JobRow).where(JobRow.id == job_id).values(**queue.typed_columns(parsed)))
         self.fail_queued(unreadable)
 
-    def _refusals(self, job_ids: list[str], max_cpus: float, max_gpus: float, autoscaled: bool) -> list[admission.Failure]:
+    def _refusals(
+        self, job_ids: list[str], max_cpus: float, max_gpus: float, autoscaled: bool
+    ) -> list[admission.Failure]:
         """Why each of these jobs can never fit (their specs read once, as they fail)."""
         if not job_ids:
             return []
@@ -139,7 +141,9 @@ class QueueKeeper:
             if parsed is None:
                 out.append(_unreadable(job_id))
             elif (refusal := admission.capacity_refusal(parsed, max_cpus, max_gpus, autoscaled)) is not None:
-                out.append(admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message))
+                out.append(
+                    admission.Failure(job_id, FailureCause.NO_RESOURCES, "can never fit the cluster", refusal.message)
+                )
         return out
 
 

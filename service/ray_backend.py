@@ -72,7 +72,12 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
 
 class RayBackend:
     def __init__(
-        self, address: str, *, autoscaler_config: str | None = None, auth_token: str | None = None, timeout_s: float = CALL_TIMEOUT_S
+        self,
+        address: str,
+        *,
+        autoscaler_config: str | None = None,
+        auth_token: str | None = None,
+        timeout_s: float = CALL_TIMEOUT_S,
     ):
         self.address = address.rstrip("/")
         # The autoscaler's own config, for the limits its status report leaves out (service/autoscaler.py).
@@ -97,7 +102,9 @@ class RayBackend:
                 raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {what}: {exc}") from exc
             raise
         except _unreachable_errors() as exc:
-            raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {what}: {type(exc).__name__}: {exc}") from exc
+            raise ClusterUnavailable(
+                f"Ray dashboard at {self.address} did not answer {what}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     # ------------------------------------------------------------------ jobs
 
@@ -128,7 +135,10 @@ class RayBackend:
         with self._calling("a submit"):
             try:
                 self.jobs.submit_job(
-                    entrypoint=DRIVER_ENTRYPOINTS[kind], submission_id=submission_id, runtime_env=runtime_env, metadata=metadata
+                    entrypoint=DRIVER_ENTRYPOINTS[kind],
+                    submission_id=submission_id,
+                    runtime_env=runtime_env,
+                    metadata=metadata,
                 )
             except RuntimeError as exc:
                 if "already exists" in str(exc):

@@ -28,7 +28,9 @@ class Exploit:
     new_config: dict[str, Any]
 
 
-def segments(trial_id: str, exploits: list[Exploit], configs: dict[str, dict], before: tuple[int, int] | None = None) -> list[tuple[int, dict]]:
+def segments(
+    trial_id: str, exploits: list[Exploit], configs: dict[str, dict], before: tuple[int, int] | None = None
+) -> list[tuple[int, dict]]:
     """``(from_time, values)`` of the weights ``trial_id`` held just before decision
     ``before`` (None: at the end), in increasing time."""
     own = [e for e in exploits if e.trial_id == trial_id and (before is None or e.key < before)]

@@ -81,7 +81,14 @@ class RayRecords:
 
 
 class Retention:
-    def __init__(self, sessions: sessionmaker, storage_path: str, policy: Policy, interval_s: float = 60.0, ray: RayBackend | None = None):
+    def __init__(
+        self,
+        sessions: sessionmaker,
+        storage_path: str,
+        policy: Policy,
+        interval_s: float = 60.0,
+        ray: RayBackend | None = None,
+    ):
         self.sessions, self.storage_path, self.policy, self.interval_s = sessions, storage_path, policy, interval_s
         self.ray = ray  # None: Ray's records are left to a sweep that has the cluster
         self.ray_records = RayRecords()  # the last sweep's
@@ -95,9 +102,13 @@ class Retention:
             past.append(JobRow.finished_at < now - timedelta(days=self.policy.days))
         if self.policy.max_finished is not None:
             # The newest job beyond the count; it and every older one go.
-            newest_first = select(JobRow.finished_at, JobRow.id).where(JobRow.status.in_(FINISHED), JobRow.finished_at.is_not(None))
+            newest_first = select(JobRow.finished_at, JobRow.id).where(
+                JobRow.status.in_(FINISHED), JobRow.finished_at.is_not(None)
+            )
             edge = s.execute(
-                newest_first.order_by(JobRow.finished_at.desc(), JobRow.id.desc()).offset(self.policy.max_finished).limit(1)
+                newest_first.order_by(JobRow.finished_at.desc(), JobRow.id.desc())
+                .offset(self.policy.max_finished)
+                .limit(1)
             ).first()
             if edge is not None:
                 past.append(tuple_(JobRow.finished_at, JobRow.id) <= tuple_(edge.finished_at, edge.id))
@@ -156,7 +167,11 @@ class Retention:
     def forget_ray_jobs(self) -> RayRecords:
         """Delete Ray's records of this store's ended Ray jobs whose raydock job is gone."""
         try:
-            ours = [j for j in self.ray.list_jobs() if j.metadata.get("raydock_store") == self._store_id() and not j.is_active]
+            ours = [
+                j
+                for j in self.ray.list_jobs()
+                if j.metadata.get("raydock_store") == self._store_id() and not j.is_active
+            ]
             kept: set[str] = set()
             ids = sorted({j.metadata.get("raydock_job", "") for j in ours})
             with self.sessions() as s:

@@ -83,10 +83,13 @@ def add(s: Session | Connection, job_id: str, rows: list[dict[str, Any]]) -> Non
     touched = blocks((r["seq"], r["values"]) for r in rows)
     if pair is None or not touched:
         return
-    s.execute(_upsert(_dialect(s), *pair), [
-        {"job_id": job_id, "level": level, "block": block, "key": key, "vmin": lo, "vmax": hi}
-        for (level, block, key), (lo, hi) in touched.items()
-    ])  # fmt: skip
+    s.execute(
+        _upsert(_dialect(s), *pair),
+        [
+            {"job_id": job_id, "level": level, "block": block, "key": key, "vmin": lo, "vmax": hi}
+            for (level, block, key), (lo, hi) in touched.items()
+        ],
+    )
 
 
 def _upsert(dialect: str, least, greatest):
@@ -144,7 +147,9 @@ def extremes_by_bucket(s: Session, job_id: str, pieces: list[Piece], width: int)
     t = MetricRollupRow
     per = width >> shift(top)
     bucket = (t.block // per).label("b") if per > 1 else t.block.label("b")
-    q = select(bucket, t.key, func.min(t.vmin), func.max(t.vmax)).where(t.job_id == job_id, t.level == top, t.block.between(b0, b1))
+    q = select(bucket, t.key, func.min(t.vmin), func.max(t.vmax)).where(
+        t.job_id == job_id, t.level == top, t.block.between(b0, b1)
+    )
     q = q.group_by(bucket, t.key)
     for b, key, lo, hi in s.execute(q):  # one row per (bucket, key): nothing to merge yet
         found = out.get(b)
@@ -152,7 +157,10 @@ def extremes_by_bucket(s: Session, job_id: str, pieces: list[Piece], width: int)
             found = out[b] = {}
         found[key] = [lo, hi]
     # One indexed range per smaller piece (an OR of them is read as a scan of the job's blocks).
-    small = [select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, t.level == lv, t.block.between(a, e)) for lv, a, e in rest]
+    small = [
+        select(t.level, t.block, t.key, t.vmin, t.vmax).where(t.job_id == job_id, t.level == lv, t.block.between(a, e))
+        for lv, a, e in rest
+    ]
     if small:
         for level, block, key, lo, hi in s.execute(union_all(*small)):
             merge(out, (block << shift(level)) // width, key, lo, hi)

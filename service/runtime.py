@@ -36,13 +36,25 @@ def build_runtime(settings: Settings) -> Runtime:
     head = None
     address = settings.ray_address
     if not address:
-        head = ensure_head(settings.data_dir / "ray", num_cpus=settings.local_num_cpus, auth_token_path=settings.local_head_token_path)
+        head = ensure_head(
+            settings.data_dir / "ray", num_cpus=settings.local_num_cpus, auth_token_path=settings.local_head_token_path
+        )
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
     sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
-    service = JobService(settings, sessions, RayBackend(address, autoscaler_config=settings.autoscaler_config, auth_token=head.auth_token() if head else None))
+    service = JobService(
+        settings,
+        sessions,
+        RayBackend(
+            address, autoscaler_config=settings.autoscaler_config, auth_token=head.auth_token() if head else None
+        ),
+    )
     monitor = Monitor(service)
     service.on_submit = monitor.wake
     policy = Policy.from_settings(settings)
-    retention = Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s, ray=service.backend) if policy.is_set else None
+    retention = (
+        Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s, ray=service.backend)
+        if policy.is_set
+        else None
+    )
     return Runtime(settings, service, monitor, head, retention)

@@ -36,7 +36,12 @@ def _point(r: Any, **extra: Any) -> MetricPoint:
 def page(s: Session, job_id: str, since: int, limit: int) -> tuple[list[MetricPoint], bool]:
     """Reports with seq > since, at most ``limit``, and whether more follow."""
     since = min(since, SEQ_MAX)
-    rows = s.execute(select(*_COLUMNS).where(MetricRow.job_id == job_id, MetricRow.seq > since).order_by(MetricRow.seq).limit(limit + 1)).all()
+    rows = s.execute(
+        select(*_COLUMNS)
+        .where(MetricRow.job_id == job_id, MetricRow.seq > since)
+        .order_by(MetricRow.seq)
+        .limit(limit + 1)
+    ).all()
     return [_point(r) for r in rows[:limit]], len(rows) > limit
 
 
@@ -61,7 +66,9 @@ def downsample(s: Session, job_id: str, since: int, max_points: int, until: int 
     its last report with the bucket's count, first seq, and min and max per numeric metric."""
     since, until = min(since, SEQ_MAX), SEQ_MAX if until is None else min(until, SEQ_MAX)
     # Two index probes (a min and a max in one query scan the range on SQLite).
-    window = select(MetricRow.seq).where(MetricRow.job_id == job_id, MetricRow.seq > since, MetricRow.seq <= until).limit(1)
+    window = (
+        select(MetricRow.seq).where(MetricRow.job_id == job_id, MetricRow.seq > since, MetricRow.seq <= until).limit(1)
+    )
     lo, hi = s.scalar(window.order_by(MetricRow.seq)), s.scalar(window.order_by(MetricRow.seq.desc()))
     if lo is None or hi - lo + 1 <= max_points:
         return page(s, job_id, since, min(max_points, until - since))[0]

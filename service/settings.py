@@ -15,9 +15,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAYDOCK_", extra="ignore")
 
-    data_dir: Path = Field(default=Path.home() / ".raydock", description="Where SQLite, the local cluster and checkpoints live.")
+    data_dir: Path = Field(
+        default=Path.home() / ".raydock", description="Where SQLite, the local cluster and checkpoints live."
+    )
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in data_dir when unset.")
-    storage_path: str | None = Field(default=None, description="Checkpoint storage: a directory or a pyarrow URI (s3://...).")
+    storage_path: str | None = Field(
+        default=None, description="Checkpoint storage: a directory or a pyarrow URI (s3://...)."
+    )
     ray_address: str | None = Field(
         default=None,
         validation_alias=AliasChoices("RAY_ADDRESS", "RAYDOCK_RAY_ADDRESS"),
@@ -26,10 +30,13 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address the API listens on.")
     port: int = Field(default=8000, description="Port the API listens on.")
     public_url: str | None = Field(
-        default=None, description="URL the cluster uses to reach this API for live events; derived from host/port when unset."
+        default=None,
+        description="URL the cluster uses to reach this API for live events; derived from host/port when unset.",
     )
     api_token: str | None = Field(default=None, description="Bearer token required by the API; mandatory off loopback.")
-    max_request_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body the API reads (413 above it).")
+    max_request_bytes: int = Field(
+        default=1 << 20, ge=1, description="Largest request body the API reads (413 above it)."
+    )
     local_num_cpus: int | None = Field(default=None, description="CPUs the local Ray head advertises (default: all).")
     monitor_interval_s: float = Field(default=0.5, description="How often job statuses are polled.")
     train_health_check_interval_s: float = Field(
@@ -37,7 +44,8 @@ class Settings(BaseSettings):
         description="Ray Train controller poll interval for jobs; low values surface reports and job ends sooner.",
     )
     cluster_lost_after_s: float = Field(
-        default=120.0, description="Fail active jobs (INFRASTRUCTURE) once the Ray cluster has been unreachable this long."
+        default=120.0,
+        description="Fail active jobs (INFRASTRUCTURE) once the Ray cluster has been unreachable this long.",
     )
     worker_start_timeout_s: float = Field(default=60.0, description="How long a worker group may take to start.")
     autoscaler_config: str | None = Field(
@@ -53,16 +61,23 @@ class Settings(BaseSettings):
         ),
     )
     code_max_bytes: int = Field(
-        default=100 * 1024 * 1024, ge=1, lt=2**31,
+        default=100 * 1024 * 1024,
+        ge=1,
+        lt=2**31,
         description="Largest working_dir or py_module (bytes, all files together) a job may ship; also the cap of an uploaded package.",
-    )  # fmt: skip
+    )
     code_max_files: int = Field(
-        default=10_000, ge=1, le=10_000_000, description="Most files and directories a job's working_dir, py_module or uploaded package may hold."
+        default=10_000,
+        ge=1,
+        le=10_000_000,
+        description="Most files and directories a job's working_dir, py_module or uploaded package may hold.",
     )
     code_retention_s: float = Field(
-        default=7 * 86_400, ge=0, le=10 * 366 * 86_400,
+        default=7 * 86_400,
+        ge=0,
+        le=10 * 366 * 86_400,
         description="How long an uploaded code package that no job references is kept after its last upload or submit.",
-    )  # fmt: skip
+    )
     max_log_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=64 * 1024,
@@ -73,26 +88,48 @@ class Settings(BaseSettings):
         ),
     )
     # What one job's events may store (service/event_limits.py); past a bound, events are dropped and counted.
-    max_metrics_per_job: int = Field(default=1_000_000, ge=1, lt=2**31, description="Most metric reports stored per job.")
-    max_trial_reports_per_job: int = Field(default=1_000_000, ge=1, lt=2**31, description="Most trial reports stored per search.")
+    max_metrics_per_job: int = Field(
+        default=1_000_000, ge=1, lt=2**31, description="Most metric reports stored per job."
+    )
+    max_trial_reports_per_job: int = Field(
+        default=1_000_000, ge=1, lt=2**31, description="Most trial reports stored per search."
+    )
     max_trials_per_job: int = Field(default=10_000, ge=1, lt=2**31, description="Most trials stored per search.")
-    max_worker_groups_per_job: int = Field(default=10_000, ge=1, lt=2**31, description="Most worker-group starts stored per job.")
-    max_checkpoints_per_job: int = Field(default=100_000, ge=1, lt=2**31, description="Most checkpoint rows stored per job.")
-    max_exploits_per_job: int = Field(default=100_000, ge=1, lt=2**31, description="Most PBT exploits stored per search.")
-    max_restarts_kept: int = Field(default=10, ge=1, le=1000, description="Newest worker restarts a job record lists (all are counted).")
+    max_worker_groups_per_job: int = Field(
+        default=10_000, ge=1, lt=2**31, description="Most worker-group starts stored per job."
+    )
+    max_checkpoints_per_job: int = Field(
+        default=100_000, ge=1, lt=2**31, description="Most checkpoint rows stored per job."
+    )
+    max_exploits_per_job: int = Field(
+        default=100_000, ge=1, lt=2**31, description="Most PBT exploits stored per search."
+    )
+    max_restarts_kept: int = Field(
+        default=10, ge=1, le=1000, description="Newest worker restarts a job record lists (all are counted)."
+    )
     max_search_events_per_push: int = Field(
-        default=200, ge=1, le=1000, description="Most search events (trial reports, trial statuses, exploits) in one events post."
+        default=200,
+        ge=1,
+        le=1000,
+        description="Most search events (trial reports, trial statuses, exploits) in one events post.",
     )
     events_per_transaction: int = Field(
-        default=100, ge=1, le=1000, description="Events of a post stored per transaction, so a push holds the write lock briefly."
+        default=100,
+        ge=1,
+        le=1000,
+        description="Events of a post stored per transaction, so a push holds the write lock briefly.",
     )
     retention_days: float | None = Field(
         default=None, gt=0, description="Delete finished jobs (rows and storage) this many days after they finished."
     )
     retention_max_finished: int | None = Field(
-        default=None, ge=0, description="Keep at most this many finished jobs, the most recently finished; delete the rest."
+        default=None,
+        ge=0,
+        description="Keep at most this many finished jobs, the most recently finished; delete the rest.",
     )
-    retention_interval_s: float = Field(default=60.0, gt=0, description="How often the background retention sweep runs.")
+    retention_interval_s: float = Field(
+        default=60.0, gt=0, description="How often the background retention sweep runs."
+    )
     ray_auth_token_path: Path | None = Field(
         default=None,
         validation_alias=AliasChoices("RAYDOCK_RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN_PATH"),
@@ -105,7 +142,9 @@ class Settings(BaseSettings):
     @property
     def code_roots(self) -> list[Path]:
         """The code roots, symlinks and ``..`` resolved."""
-        return [Path(os.path.realpath(os.path.expanduser(p))) for p in (self.code_root or "").split(os.pathsep) if p.strip()]
+        return [
+            Path(os.path.realpath(os.path.expanduser(p))) for p in (self.code_root or "").split(os.pathsep) if p.strip()
+        ]
 
     @property
     def local_head_token_path(self) -> Path:
@@ -130,7 +169,12 @@ class Settings(BaseSettings):
         from sqlalchemy.engine import make_url
 
         url = make_url(self.resolved_database_url)
-        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        if (
+            url.get_backend_name() != "sqlite"
+            or not url.database
+            or url.database == ":memory:"
+            or url.database.startswith("file:")
+        ):
             return None
         return Path(url.database)
 

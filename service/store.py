@@ -79,7 +79,9 @@ class JobRow(Base):
     last_drop_reason: Mapped[str | None] = mapped_column(Text)
     # Per-job counters, so storing an event never counts a series (service/ingest.py).
     metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the next metric seq
-    attempt_metrics: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # metrics of attempt `attempt_metrics_of`
+    attempt_metrics: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0"
+    )  # metrics of attempt `attempt_metrics_of`
     attempt_metrics_of: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_groups_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Rows a job's events made, each kind capped per job (service/event_limits.py).
@@ -87,10 +89,14 @@ class JobRow(Base):
     trials_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     checkpoints_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     exploits_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    restarts_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # `restarts` keeps the newest few
+    restarts_total: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0"
+    )  # `restarts` keeps the newest few
     # Set while its rows are deleted a chunk at a time (service/job_purge.py): it can no longer be resumed.
     deleting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    log_end: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # chars of every attempt's log taken in
+    log_end: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )  # chars of every attempt's log taken in
     log_stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what the chunks hold now
     # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
     demand_cpus: Mapped[float | None] = mapped_column(Float)  # to start (an elastic job: its min)
@@ -114,7 +120,15 @@ class JobRow(Base):
 
 # The queue in its order (priority descending, then arrival): admission reads its head, and
 # the stored positions are checked from this index alone.
-Index("ix_jobs_queue", JobRow.status, JobRow.priority.desc(), JobRow.queued_at, JobRow.id, JobRow.submission_id, JobRow.queue_position)
+Index(
+    "ix_jobs_queue",
+    JobRow.status,
+    JobRow.priority.desc(),
+    JobRow.queued_at,
+    JobRow.id,
+    JobRow.submission_id,
+    JobRow.queue_position,
+)
 
 
 class JobLabelRow(Base):
@@ -157,7 +171,11 @@ class EventKey:
 
 def seen(s: Session, table: type[EventKey], job_id: str, attempt: int, src_seq: int) -> bool:
     """Whether the event ``(attempt, src_seq)`` of a job is stored in ``table`` already."""
-    q = select(func.count()).select_from(table).where(table.job_id == job_id, table.attempt == attempt, table.src_seq == src_seq)
+    q = (
+        select(func.count())
+        .select_from(table)
+        .where(table.job_id == job_id, table.attempt == attempt, table.src_seq == src_seq)
+    )
     return bool(s.scalar(q))
 
 
@@ -349,4 +367,3 @@ def store_id(sessions: sessionmaker) -> str:
 
 def import_models() -> None:
     """Kept for callers that want every table registered: they all live in this module."""
-

@@ -12,7 +12,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import Conflict, NotFound
-from api.schemas import BestTrialPublic, ExploitPublic, JobStatus, TrainSpec, TrialCheckpoint, TrialMetricPoint, TrialPublic, TuneSpec
+from api.schemas import (
+    BestTrialPublic,
+    ExploitPublic,
+    JobStatus,
+    TrainSpec,
+    TrialCheckpoint,
+    TrialMetricPoint,
+    TrialPublic,
+    TuneSpec,
+)
 from service.ingest import better as _better
 from service.replay import Exploit, replay_spec
 from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
@@ -56,21 +65,36 @@ class TrialService:
                 )
             rows = s.scalars(
                 select(TrialMetricRow)
-                .where(TrialMetricRow.job_id == job_id, TrialMetricRow.trial_id == trial_id, TrialMetricRow.src_seq > since)
+                .where(
+                    TrialMetricRow.job_id == job_id, TrialMetricRow.trial_id == trial_id, TrialMetricRow.src_seq > since
+                )
                 .order_by(TrialMetricRow.attempt, TrialMetricRow.src_seq)
             ).all()
-            return [TrialMetricPoint(seq=r.src_seq, ts=r.ts, epoch=r.epoch, step=r.step, metrics=r.values, config=r.config) for r in rows]
+            return [
+                TrialMetricPoint(seq=r.src_seq, ts=r.ts, epoch=r.epoch, step=r.step, metrics=r.values, config=r.config)
+                for r in rows
+            ]
 
     def lineage(self, job_id: str) -> list[ExploitPublic]:
         with self.sessions() as s:
             self._search(s, job_id)
-            rows = s.scalars(select(ExploitRow).where(ExploitRow.job_id == job_id).order_by(ExploitRow.attempt, ExploitRow.src_seq)).all()
+            rows = s.scalars(
+                select(ExploitRow).where(ExploitRow.job_id == job_id).order_by(ExploitRow.attempt, ExploitRow.src_seq)
+            ).all()
             return [
                 ExploitPublic(
-                    seq=r.src_seq, ts=r.ts, trial_id=r.trial_id, donor_trial_id=r.donor_trial_id, donor_time=r.donor_time,
-                    trial_time=r.trial_time, donor_metric=r.donor_metric, old_config=r.old_config,
-                    donor_config=r.donor_config, new_config=r.new_config, checkpoint_path=r.checkpoint_path,
-                )  # fmt: skip
+                    seq=r.src_seq,
+                    ts=r.ts,
+                    trial_id=r.trial_id,
+                    donor_trial_id=r.donor_trial_id,
+                    donor_time=r.donor_time,
+                    trial_time=r.trial_time,
+                    donor_metric=r.donor_metric,
+                    old_config=r.old_config,
+                    donor_config=r.donor_config,
+                    new_config=r.new_config,
+                    checkpoint_path=r.checkpoint_path,
+                )
                 for r in rows
             ]
 
@@ -82,16 +106,27 @@ class TrialService:
             final = s.get(SearchResultRow, job_id)
             if final is not None:
                 return BestTrialPublic(
-                    trial_id=final.trial_id, metric=metric, mode=mode, value=final.value, config=final.config,
-                    metrics=final.values, final=True, checkpoint=_checkpoint(s, job_id, final.checkpoint_path),
-                )  # fmt: skip
+                    trial_id=final.trial_id,
+                    metric=metric,
+                    mode=mode,
+                    value=final.value,
+                    config=final.config,
+                    metrics=final.values,
+                    final=True,
+                    checkpoint=_checkpoint(s, job_id, final.checkpoint_path),
+                )
             best = best_report(s, job_id, metric, mode)
             if best is None:
                 raise NotFound(f"Search {job_id} has no report of {metric!r} yet.", code="no_reports")
             return BestTrialPublic(
-                trial_id=best.trial_id, metric=metric, mode=mode, value=float(best.values[metric]),
-                config=best.config, metrics=best.values, final=False,
-            )  # fmt: skip
+                trial_id=best.trial_id,
+                metric=metric,
+                mode=mode,
+                value=float(best.values[metric]),
+                config=best.config,
+                metrics=best.values,
+                final=False,
+            )
 
     def replay(self, job_id: str) -> TrainSpec:
         """The best trial of a finished search as a ``kind: train`` spec (``service.replay``)."""
@@ -106,7 +141,14 @@ class TrialService:
                 )
             rows = s.scalars(select(ExploitRow).where(ExploitRow.job_id == job_id)).all()
             exploits = [
-                Exploit((r.attempt, r.src_seq), r.trial_id, r.donor_trial_id, r.donor_time or 0.0, r.old_config or {}, r.new_config or {})
+                Exploit(
+                    (r.attempt, r.src_seq),
+                    r.trial_id,
+                    r.donor_trial_id,
+                    r.donor_time or 0.0,
+                    r.old_config or {},
+                    r.new_config or {},
+                )
                 for r in rows
             ]
             configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
@@ -147,9 +189,17 @@ def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:
     amount = budget.get("epochs") or budget.get("steps") or budget.get("reports")
     stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
     return TrialPublic(
-        trial_id=r.trial_id, status=status, config=r.config or {}, reports=r.reports, last_metrics=r.last_metrics,
-        best_metric=r.best_metric, stopped_early=stopped_early, exploits=r.exploits, error=r.error, note=r.note,
-    )  # fmt: skip
+        trial_id=r.trial_id,
+        status=status,
+        config=r.config or {},
+        reports=r.reports,
+        last_metrics=r.last_metrics,
+        best_metric=r.best_metric,
+        stopped_early=stopped_early,
+        exploits=r.exploits,
+        error=r.error,
+        note=r.note,
+    )
 
 
 def _checkpoint(s: Session, job_id: str, path: str | None) -> TrialCheckpoint | None:
@@ -167,4 +217,3 @@ def _float(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f
-

@@ -33,9 +33,12 @@ class UploadView:
             return
         if self.bar is None:
             self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[amount]}"), TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[amount]}"),
+                TimeElapsedColumn(),
                 console=self.console,
-            )  # fmt: skip
+            )
             self.bar.start()
         if phase not in self.tasks:
             label = "packing code" if phase == "files" else "uploading code"

@@ -100,8 +100,10 @@ def _check_keys(env: dict[str, Any], at: list) -> None:
             hint = " Give the directory as the job's top-level `working_dir`." if key == "working_dir" else ""
             raise _refuse(
                 f"runtime_env.{key} is not allowed on this server.{hint} Allowed runtime_env keys: {allowed}.",
-                "runtime_env_key_not_allowed", loc, "key not allowed",
-            )  # fmt: skip
+                "runtime_env_key_not_allowed",
+                loc,
+                "key not allowed",
+            )
         if key == "env_vars":
             _check_env_vars(value, loc)
         elif key in PACKAGE_KEYS:
@@ -109,35 +111,59 @@ def _check_keys(env: dict[str, Any], at: list) -> None:
         elif key in ("excludes", "py_modules"):
             most = MAX_PY_MODULES if key == "py_modules" else MAX_LIST
             if not _str_list(value) or len(value) > most:
-                raise _refuse(f"runtime_env.{key} must be a list of at most {most} strings.", "runtime_env_invalid", loc, "not a list of strings")
+                raise _refuse(
+                    f"runtime_env.{key} must be a list of at most {most} strings.",
+                    "runtime_env_invalid",
+                    loc,
+                    "not a list of strings",
+                )
         elif key == "config":
             ok = isinstance(value, dict) and set(value) <= {"setup_timeout_seconds", "eager_install"}
-            if not ok or not isinstance(value.get("setup_timeout_seconds", 1), int) or not isinstance(value.get("eager_install", True), bool):
+            if (
+                not ok
+                or not isinstance(value.get("setup_timeout_seconds", 1), int)
+                or not isinstance(value.get("eager_install", True), bool)
+            ):
                 raise _refuse(
                     "runtime_env.config may hold setup_timeout_seconds (an int) and eager_install (a bool) only.",
-                    "runtime_env_invalid", loc, "unknown or mistyped config",
-                )  # fmt: skip
+                    "runtime_env_invalid",
+                    loc,
+                    "unknown or mistyped config",
+                )
 
 
 def _str_list(value: Any) -> bool:
-    return isinstance(value, list) and len(value) <= MAX_LIST and all(isinstance(v, str) and 0 < len(v) <= 4096 for v in value)
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_LIST
+        and all(isinstance(v, str) and 0 < len(v) <= 4096 for v in value)
+    )
 
 
 def _check_env_vars(value: Any, loc: list) -> None:
     if not isinstance(value, dict) or len(value) > MAX_LIST:
-        raise _refuse(f"runtime_env.env_vars must map names to strings (at most {MAX_LIST}).", "runtime_env_invalid", loc, "not a mapping")
+        raise _refuse(
+            f"runtime_env.env_vars must map names to strings (at most {MAX_LIST}).",
+            "runtime_env_invalid",
+            loc,
+            "not a mapping",
+        )
     for name, v in value.items():
         if not ENV_NAME_RE.match(name) or not isinstance(v, str):
             raise _refuse(
                 f"runtime_env.env_vars.{name!s:.200}: names are letters, digits and _ (not starting with a digit), values are strings.",
-                "runtime_env_invalid", loc + [name], "bad name or value",
-            )  # fmt: skip
+                "runtime_env_invalid",
+                loc + [name],
+                "bad name or value",
+            )
         if name.upper().startswith(RESERVED_ENV_PREFIXES):
             raise _refuse(
                 f"runtime_env.env_vars.{name} is not allowed: RAYDOCK_* and RAY_* variables are set by the server "
                 f"and by Ray. Rename the variable your code reads (e.g. MY_{name}).",
-                "env_var_not_allowed", loc + [name], "reserved prefix",
-            )  # fmt: skip
+                "env_var_not_allowed",
+                loc + [name],
+                "reserved prefix",
+            )
 
 
 def _check_packages(key: str, value: Any, loc: list) -> None:
@@ -146,22 +172,28 @@ def _check_packages(key: str, value: Any, loc: list) -> None:
         extra = sorted(set(value) - PACKAGE_KEYS[key])
         raise _refuse(
             f"runtime_env.{key} may hold {', '.join(sorted(PACKAGE_KEYS[key]))}; not {', '.join(map(str, extra))}.",
-            "runtime_env_invalid", loc, "unknown key",
-        )  # fmt: skip
+            "runtime_env_invalid",
+            loc,
+            "unknown key",
+        )
     if not _str_list(packages):
         # A string would be a requirements file read on the server.
         raise _refuse(
             f"runtime_env.{key} must be a list of requirement strings (like 'numpy==2.1'), not a file on the server.",
-            "runtime_env_invalid", loc, "not a list of requirements",
-        )  # fmt: skip
+            "runtime_env_invalid",
+            loc,
+            "not a list of requirements",
+        )
     for req in packages:
         if req.lstrip().startswith(("-", "/", ".", "~", "file:")):
             raise _refuse(
                 f"runtime_env.{key} entry {req[:200]!r} is not a requirement: installer options (-r, -e, --index-url) "
                 "and local paths are not allowed; the cluster's installer configuration names the package index. "
                 "Ship local code with working_dir or py_modules.",
-                "runtime_env_invalid", loc, "option or path",
-            )  # fmt: skip
+                "runtime_env_invalid",
+                loc,
+                "option or path",
+            )
 
 
 # ---------------------------------------------------------------- server paths
@@ -177,8 +209,10 @@ def _resolve(raw: str, field: str, loc: list, settings: Settings) -> Path:
             f"{field} {raw!r} names a path on the server, and this server ships no code from its disk "
             f"(RAYDOCK_CODE_ROOT is not set). {UPLOAD_HINT} Or ask the operator to set RAYDOCK_CODE_ROOT to the "
             "directory your code is in, or ship it as an s3:// gs:// https:// archive in runtime_env.py_modules.",
-            "code_root_not_configured", loc, "no code root",
-        )  # fmt: skip
+            "code_root_not_configured",
+            loc,
+            "no code root",
+        )
     path = Path(os.path.expanduser(raw))
     real = Path(os.path.realpath(path if path.is_absolute() else roots[0] / path))
     if not _under(real, roots):
@@ -186,8 +220,10 @@ def _resolve(raw: str, field: str, loc: list, settings: Settings) -> Path:
         raise _refuse(
             f"{field} {raw!r} is not under the server's code root ({where}). {UPLOAD_HINT} Or put the code "
             "there (or give a path relative to it).",
-            "working_dir_not_found" if field == "working_dir" else "py_module_not_found", loc, "outside the code root",
-        )  # fmt: skip
+            "working_dir_not_found" if field == "working_dir" else "py_module_not_found",
+            loc,
+            "outside the code root",
+        )
     return real
 
 
@@ -200,8 +236,10 @@ def _check_tree(raw: str, loc: list, env: dict[str, Any], settings: Settings, bu
     if not real.is_dir():
         raise _refuse(
             f"working_dir {raw!r} is not a directory on the server. Give a directory under the code root.",
-            "working_dir_not_found", loc, "not a directory",
-        )  # fmt: skip
+            "working_dir_not_found",
+            loc,
+            "not a directory",
+        )
     _walk(real, env.get("excludes") or [], "working_dir", loc, settings, budget)
     return real
 
@@ -213,8 +251,11 @@ def _check_py_module(raw: str, i: int, at: list, env: dict[str, Any], settings: 
     if "://" in raw:
         raise _refuse(
             f"runtime_env.py_modules entry {raw[:200]!r}: give a directory under the code root or an "
-            f"{' '.join(REMOTE_SCHEMES)} URI.", "py_module_not_found", loc, "unsupported URI",
-        )  # fmt: skip
+            f"{' '.join(REMOTE_SCHEMES)} URI.",
+            "py_module_not_found",
+            loc,
+            "unsupported URI",
+        )
     real = _resolve(raw, "runtime_env.py_modules entry", loc, settings)
     if real.is_dir():
         _walk(real, env.get("excludes") or [], "runtime_env.py_modules entry", loc, settings, budget)
@@ -223,8 +264,10 @@ def _check_py_module(raw: str, i: int, at: list, env: dict[str, Any], settings: 
     else:
         raise _refuse(
             f"runtime_env.py_modules entry {raw!r} is not a directory or .whl file on the server.",
-            "py_module_not_found", loc, "not found",
-        )  # fmt: skip
+            "py_module_not_found",
+            loc,
+            "not found",
+        )
     return str(real)
 
 
@@ -260,7 +303,11 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
         return lambda p: test(p.relative_to(rel_to).as_posix())
 
     def ignore_files(d: Path) -> list[Callable[[Path], bool]]:
-        names = (".gitignore", ".rayignore") if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1" else (".rayignore",)
+        names = (
+            (".gitignore", ".rayignore")
+            if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
+            else (".rayignore",)
+        )
         return [matcher(d, (d / n).read_text(errors="replace").splitlines()) for n in names if (d / n).is_file()]
 
     roots = settings.code_roots
@@ -275,8 +322,10 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
             raise _refuse(
                 f"{field} {str(top)!r} holds a symlink, {path.relative_to(top.parent)}, to a path outside the code "
                 "root; Ray would ship what it points to. Remove the link or exclude it (runtime_env.excludes).",
-                "code_link_outside_root", loc, "symlink outside the code root",
-            )  # fmt: skip
+                "code_link_outside_root",
+                loc,
+                "symlink outside the code root",
+            )
         if is_dir:
             stack.extend((child, rules) for child in path.iterdir())
         size = path.stat().st_size if not is_dir and path.is_file() else None
@@ -285,14 +334,18 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
                 f"The job's code ({field} {str(top)!r} and any other paths it ships) holds {over}; the biggest files "
                 f"seen: {budget.biggest.text()}. Leave out what the job does not need (runtime_env.excludes, a "
                 ".rayignore file), or ask the operator to raise the cap.",
-                "code_too_large", loc, "over the cap",
-            )  # fmt: skip
+                "code_too_large",
+                loc,
+                "over the cap",
+            )
 
 
 # ---------------------------------------------------------------- entrypoint
 
 
-def _check_entrypoint(entrypoint: str, working_dir: str | None, modules: list[str], env: dict[str, Any], at: list) -> None:
+def _check_entrypoint(
+    entrypoint: str, working_dir: str | None, modules: list[str], env: dict[str, Any], at: list
+) -> None:
     module = entrypoint.split(":")[0]
     top = module.split(".")[0]
     local = [m for m in modules if not m.startswith(REMOTE_SCHEMES)]
@@ -309,8 +362,10 @@ def _check_entrypoint(entrypoint: str, working_dir: str | None, modules: list[st
     raise _refuse(
         f"entrypoint module {module!r} was not found {where} on the server's Python path. "
         "Check the module path in `entrypoint`, or set `working_dir` to the directory that contains it.",
-        "entrypoint_not_found", at + ["entrypoint"], "module not found",
-    )  # fmt: skip
+        "entrypoint_not_found",
+        at + ["entrypoint"],
+        "module not found",
+    )
 
 
 def locate(module: str, search: list[str]) -> bool:

@@ -21,11 +21,16 @@ def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic
     with sessions() as s:
         if s.get(JobRow, job_id) is None:
             raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
-        rows = s.scalars(select(WorkerGroupRow).where(WorkerGroupRow.job_id == job_id).order_by(WorkerGroupRow.seq)).all()
+        rows = s.scalars(
+            select(WorkerGroupRow).where(WorkerGroupRow.job_id == job_id).order_by(WorkerGroupRow.seq)
+        ).all()
         return [
             WorkerGroupPublic(
-                seq=r.seq, attempt=r.attempt, ts=r.ts, world_size=r.world_size,
+                seq=r.seq,
+                attempt=r.attempt,
+                ts=r.ts,
+                world_size=r.world_size,
                 nodes=[WorkerPlacement(**n) for n in r.nodes or []],
-            )  # fmt: skip
+            )
             for r in rows
         ]

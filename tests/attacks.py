@@ -23,11 +23,16 @@ from tests.servers import ServerProcess
 
 TOKEN = "the-attackers-events-token"
 SEARCH = {
-    "kind": "tune", "name": "search-under-attack",
+    "kind": "tune",
+    "name": "search-under-attack",
     "base": {k: v for k, v in digits_spec().items() if k not in ("name", "epochs", "checkpoint")},
     "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
-    "algorithm": "random", "metric": "val_acc", "mode": "max", "num_trials": 4, "budget": {"epochs": 6},
-}  # fmt: skip
+    "algorithm": "random",
+    "metric": "val_acc",
+    "mode": "max",
+    "num_trials": 4,
+    "budget": {"epochs": 6},
+}
 
 
 @dataclass
@@ -54,7 +59,12 @@ class Target:
 
     def push(self, job_id: str, body, client: httpx.Client | None = None) -> httpx.Response:
         post = (client or httpx).post
-        return post(f"{self.url}/v1/internal/jobs/{job_id}/events", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        return post(
+            f"{self.url}/v1/internal/jobs/{job_id}/events",
+            json=body,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=60,
+        )
 
     def stop(self) -> None:
         self.server.stop()
@@ -71,12 +81,17 @@ def start_target(data_dir: Path, database_url: str | None = None, **env: str) ->
 # ------------------------------------------------------------------------------- M5
 
 
-def flood_worker_failures(target: Target, job_id: str, n: int = 18_000, reason_chars: int = 2000, per_post: int = 400) -> None:
+def flood_worker_failures(
+    target: Target, job_id: str, n: int = 18_000, reason_chars: int = 2000, per_post: int = 400
+) -> None:
     """``n`` distinct worker failures, each with a long reason, in posts under the body cap."""
     reason = "x" * reason_chars
     with httpx.Client() as client:
         for start in range(0, n, per_post):
-            body = [{"type": "worker_failure", "seq": i, "ts": 1.0 + i, "reason": reason} for i in range(start, min(start + per_post, n))]
+            body = [
+                {"type": "worker_failure", "seq": i, "ts": 1.0 + i, "reason": reason}
+                for i in range(start, min(start + per_post, n))
+            ]
             r = target.push(job_id, body, client)
             assert r.status_code == 204, r.text
 
@@ -92,11 +107,16 @@ def list_page_bytes(target: Target) -> int:
 
 def trial_reports(start: int, n: int, trials: int = 8) -> list[dict]:
     return [
-        {"type": "trial_metric", "seq": i, "ts": 1.0 + i, "trial_id": f"t{i % trials}",
-         "metrics": {"val_acc": ((i * 7919) % 10_007) / 10_007, "epoch": i // trials, "loss": 1.0 / (1 + i)},
-         "config": {"optimizer.lr": 0.01 * (1 + i % trials)}}
+        {
+            "type": "trial_metric",
+            "seq": i,
+            "ts": 1.0 + i,
+            "trial_id": f"t{i % trials}",
+            "metrics": {"val_acc": ((i * 7919) % 10_007) / 10_007, "epoch": i // trials, "loss": 1.0 / (1 + i)},
+            "config": {"optimizer.lr": 0.01 * (1 + i % trials)},
+        }
         for i in range(start, start + n)
-    ]  # fmt: skip
+    ]
 
 
 @dataclass
@@ -115,7 +135,9 @@ class PushFigures:
         return max(self.submit_ms)
 
 
-def submits_while_a_search_pushes(target: Target, job_id: str, connections: int = 3, submits: int = 40, per_post: int = 200) -> PushFigures:
+def submits_while_a_search_pushes(
+    target: Target, job_id: str, connections: int = 3, submits: int = 40, per_post: int = 200
+) -> PushFigures:
     """``connections`` threads post batches of a search's reports for one job as fast as
     they can (ignoring 429: an attacker would), while ``submits`` jobs are submitted one
     after another; returns the submit latencies and what the posts got."""
@@ -196,15 +218,36 @@ def seed_rows(target: Target, job_id: str, metrics: int, trial_reports_n: int = 
     with target.service.sessions.begin() as s:
         for start in range(0, metrics, chunk):
             rows = [
-                {"job_id": job_id, "attempt": 1, "src_seq": i, "seq": i, "ts": float(i), "step": i, "epoch": 0, "values": {"loss": 1.0 / (1 + i)}}
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "src_seq": i,
+                    "seq": i,
+                    "ts": float(i),
+                    "step": i,
+                    "epoch": 0,
+                    "values": {"loss": 1.0 / (1 + i)},
+                }
                 for i in range(start, min(start + chunk, metrics))
             ]
             s.execute(insert(MetricRow), rows)
         if trial_reports_n:
-            s.add(TrialRow(job_id=job_id, trial_id="t0", status="TERMINATED", config={}, reports=trial_reports_n, exploits=0))
+            s.add(
+                TrialRow(
+                    job_id=job_id, trial_id="t0", status="TERMINATED", config={}, reports=trial_reports_n, exploits=0
+                )
+            )
         for start in range(0, trial_reports_n, chunk):
             rows = [
-                {"job_id": job_id, "attempt": 1, "src_seq": i, "trial_id": "t0", "ts": float(i), "values": {"val_acc": 0.5}, "config": {}}
+                {
+                    "job_id": job_id,
+                    "attempt": 1,
+                    "src_seq": i,
+                    "trial_id": "t0",
+                    "ts": float(i),
+                    "values": {"val_acc": 0.5},
+                    "config": {},
+                }
                 for i in range(start, min(start + chunk, trial_reports_n))
             ]
             s.execute(insert(TrialMetricRow), rows)

@@ -48,7 +48,11 @@ def _run_as() -> str | None:
     try:
         pwd.getpwnam(PG_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER], check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
+            check=True,
+            capture_output=True,
+        )
     return PG_USER
 
 
@@ -71,17 +75,29 @@ class PostgresServer:
         data, log = self.root / "data", self.root / "server.log"
         init = subprocess.run(
             [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"],
-            capture_output=True, text=True, cwd=self.root, **self._as_user(),
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            **self._as_user(),
+        )
         if init.returncode != 0:
             raise PostgresUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()[-2000:]}")
         settings = {
-            "listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": str(self.root),
-            "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "200",
-        }  # fmt: skip
-        args = [str(self.bin / "postgres"), "-D", str(data)] + [a for k, v in settings.items() for a in ("-c", f"{k}={v}")]
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.root),
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "200",
+        }
+        args = [str(self.bin / "postgres"), "-D", str(data)] + [
+            a for k, v in settings.items() for a in ("-c", f"{k}={v}")
+        ]
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True, **self._as_user())
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True, **self._as_user()
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -96,7 +112,9 @@ class PostgresServer:
     def _admin(self, sql: str) -> None:
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True, connect_timeout=5
+        ) as conn:
             conn.execute(sql)
 
     def url(self, dbname: str) -> str:

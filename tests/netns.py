@@ -83,8 +83,12 @@ class NetworkHosts:
         out = open(log, "ab")
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.namespaces[host], *cmd],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.sessions.append(proc.pid)
         return proc
 
@@ -93,7 +97,9 @@ class NetworkHosts:
         return self.veths[host][1]
 
     def run(self, host: int, cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.namespaces[host], *cmd], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.namespaces[host], *cmd], capture_output=True, text=True, timeout=timeout
+        )
 
     def reachable(self) -> str | None:
         """None when host 0 reaches every other host and the machine reaches host 0 over
@@ -101,8 +107,10 @@ class NetworkHosts:
         listener = f"import socket; s = socket.create_server(('{self.addresses[0]}', 0)); print(s.getsockname()[1], flush=True); s.settimeout(20)\nfor _ in range({len(self.addresses)}): s.accept()[0].close()"
         server = subprocess.Popen(
             ["ip", "netns", "exec", self.namespaces[0], sys.executable, "-c", listener],
-            stdout=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             port = int(server.stdout.readline())
             try:
@@ -110,7 +118,14 @@ class NetworkHosts:
             except OSError as exc:
                 return f"the machine cannot reach {self.addresses[0]}: {exc}"
             for host in range(1, len(self.addresses)):
-                probe = self.run(host, [sys.executable, "-c", f"import socket; socket.create_connection(('{self.addresses[0]}', {port}), timeout=5).close()"])
+                probe = self.run(
+                    host,
+                    [
+                        sys.executable,
+                        "-c",
+                        f"import socket; socket.create_connection(('{self.addresses[0]}', {port}), timeout=5).close()",
+                    ],
+                )
                 if probe.returncode != 0:
                     return f"host {host} cannot reach {self.addresses[0]}: {probe.stderr.strip()[-300:]}"
             return None

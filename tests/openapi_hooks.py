@@ -21,7 +21,9 @@ def before_call(context, case, kwargs):
     if case.operation.label not in STREAMS:
         return
     follow = (case.query or {}).get("follow") if isinstance(case.query, dict) else None
-    follows = any(v in TRUE for v in (follow if isinstance(follow, list) else [follow]) if isinstance(v, (str, int, bool)))
+    follows = any(
+        v in TRUE for v in (follow if isinstance(follow, list) else [follow]) if isinstance(v, (str, int, bool))
+    )
     if case.operation.label.endswith("/logs") and not follows:
         return
     job_id = (case.path_parameters or {}).get("job_id")

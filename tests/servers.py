@@ -13,7 +13,6 @@ import httpx
 
 from service.local_cluster import free_ports
 
-
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -23,10 +22,17 @@ class ServerProcess:
     says otherwise; ``unset_env`` names variables of this process the server must not see."""
 
     def __init__(
-        self, data_dir: Path, ray_address: str | None, *, token: str | None = None, port: int | None = None,
-        extra_env: dict[str, str] | None = None, unset_env: tuple[str, ...] = (), cwd: Path | None = None,
+        self,
+        data_dir: Path,
+        ray_address: str | None,
+        *,
+        token: str | None = None,
+        port: int | None = None,
+        extra_env: dict[str, str] | None = None,
+        unset_env: tuple[str, ...] = (),
+        cwd: Path | None = None,
         python: str | None = None,
-    ):  # fmt: skip
+    ):
         self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
         self.port = port or free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"

@@ -128,7 +128,9 @@ def layering_violations(tree: Tree) -> list[str]:
         for name in sorted(names):
             top = name.split(".")[0]
             if top in PACKAGES and top != package and top not in ALLOWED_EDGES[package]:
-                out.append(f"{module} imports {name}: {package} may import only {sorted(ALLOWED_EDGES[package]) or 'nothing of ours'}")
+                out.append(
+                    f"{module} imports {name}: {package} may import only {sorted(ALLOWED_EDGES[package]) or 'nothing of ours'}"
+                )
             if top in FORBIDDEN_LIBRARIES.get(package, ()):
                 out.append(f"{module} imports {name}: {package}/ must not import {top}")
     return out
@@ -139,7 +141,11 @@ def ray_internals_outside_seam(tree: Tree) -> list[str]:
     for module, names in sorted(tree.imports.items()):
         for name in names:
             parts = name.split(".")
-            if parts[0] == "ray" and any(p in ("_private", "_internal", "_raylet") for p in parts) and module not in RAY_INTERNALS_SEAM:
+            if (
+                parts[0] == "ray"
+                and any(p in ("_private", "_internal", "_raylet") for p in parts)
+                and module not in RAY_INTERNALS_SEAM
+            ):
                 out.append(f"{module} imports {name}; Ray internals go through {sorted(RAY_INTERNALS_SEAM)}")
     return sorted(set(out))
 
@@ -192,7 +198,9 @@ def test_no_module_over_the_line_limit():
 
 def test_http_app_lives_on_the_server_side():
     tree = read_tree(ROOT)
-    assert not [m for m in tree.imports if m.startswith("api.") and m.split(".")[1] in ("app", "routes", "deps", "http")]
+    assert not [
+        m for m in tree.imports if m.startswith("api.") and m.split(".")[1] in ("app", "routes", "deps", "http")
+    ]
     assert "service.http.app" in tree.imports
 
 
@@ -238,7 +246,9 @@ def test_a_planted_server_import_in_the_contract_is_found(tmp_path):
 
 def test_a_planted_long_module_is_found(tmp_path):
     tree = _plant(tmp_path, {"service/big.py": "x = 1\n" * (MAX_LINES + 1)})
-    assert long_modules(tree) == [f"service.big has {MAX_LINES + 1} lines (limit {MAX_LINES}): split it along its responsibilities"]
+    assert long_modules(tree) == [
+        f"service.big has {MAX_LINES + 1} lines (limit {MAX_LINES}): split it along its responsibilities"
+    ]
 
 
 def test_a_planted_model_import_in_the_strategies_is_found(tmp_path):

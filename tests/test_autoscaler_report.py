@@ -14,24 +14,43 @@ NODE_1, NODE_2 = "f" * 51 + "00001", "f" * 51 + "00002"
 
 PLAIN_HEAD = {
     "activeNodes": {"nodeB006F40B9197F77A20541A0163Ede8Ab87B2D6D83Cfc33Db814E2F41": 1},
-    "idleNodes": None, "pendingNodes": [], "pendingLaunches": {}, "failedNodes": [],
-    "nodeTypeMapping": {"b006f40b9197f77a20541a0163ede8ab87b2d6d83cfc33db814e2f41": "node_b006f40b9197f77a20541a0163ede8ab87b2d6d83cfc33db814e2f41"},
+    "idleNodes": None,
+    "pendingNodes": [],
+    "pendingLaunches": {},
+    "failedNodes": [],
+    "nodeTypeMapping": {
+        "b006f40b9197f77a20541a0163ede8ab87b2d6d83cfc33db814e2f41": "node_b006f40b9197f77a20541a0163ede8ab87b2d6d83cfc33db814e2f41"
+    },
     "legacy": True,
-}  # fmt: skip
+}
 FAKE_IDLE = {
-    "activeNodes": {HEAD_TYPE: 1}, "idleNodes": None, "pendingNodes": [], "pendingLaunches": {}, "failedNodes": [],
-    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE}, "legacy": True,
-}  # fmt: skip
+    "activeNodes": {HEAD_TYPE: 1},
+    "idleNodes": None,
+    "pendingNodes": [],
+    "pendingLaunches": {},
+    "failedNodes": [],
+    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE},
+    "legacy": True,
+}
 FAKE_LAUNCHING = {
-    "activeNodes": {HEAD_TYPE: 1}, "idleNodes": None,
-    "pendingNodes": [[NODE_1, WORKER_TYPE, "uninitialized"]], "pendingLaunches": {WORKER_TYPE: 1}, "failedNodes": [],
+    "activeNodes": {HEAD_TYPE: 1},
+    "idleNodes": None,
+    "pendingNodes": [[NODE_1, WORKER_TYPE, "uninitialized"]],
+    "pendingLaunches": {WORKER_TYPE: 1},
+    "failedNodes": [],
     "pendingResources": {"CPU": 2, "objectStoreMemory": 300000000},
-    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: WORKER_TYPE}, "legacy": True,
-}  # fmt: skip
+    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: WORKER_TYPE},
+    "legacy": True,
+}
 FAKE_FULL = {
-    "activeNodes": {HEAD_TYPE: 1, WORKER_TYPE: 2}, "idleNodes": None, "pendingNodes": [], "pendingLaunches": {}, "failedNodes": [],
-    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: WORKER_TYPE, NODE_2: WORKER_TYPE}, "legacy": True,
-}  # fmt: skip
+    "activeNodes": {HEAD_TYPE: 1, WORKER_TYPE: 2},
+    "idleNodes": None,
+    "pendingNodes": [],
+    "pendingLaunches": {},
+    "failedNodes": [],
+    "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: WORKER_TYPE, NODE_2: WORKER_TYPE},
+    "legacy": True,
+}
 
 CONFIG = fake_autoscaling_config(worker_cpus=1, max_workers=2)
 
@@ -75,9 +94,19 @@ def test_an_autoscaler_of_unknown_limits_counts_as_unbounded():
 def test_node_type_names_come_back_from_camel_cased_keys():
     # The dashboard camel-cases dict keys: a type named cpu_workers is `cpuWorkers` in
     # activeNodes / pendingLaunches but keeps its name in nodeTypeMapping.
-    config = {**CONFIG, "available_node_types": {HEAD_TYPE: CONFIG["available_node_types"][HEAD_TYPE], "cpu_workers": CONFIG["available_node_types"][WORKER_TYPE]}}
-    report = {**FAKE_IDLE, "activeNodes": {HEAD_TYPE: 1, "cpuWorkers": 1}, "pendingLaunches": {"cpuWorkers": 1},
-              "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: "cpu_workers"}}  # fmt: skip
+    config = {
+        **CONFIG,
+        "available_node_types": {
+            HEAD_TYPE: CONFIG["available_node_types"][HEAD_TYPE],
+            "cpu_workers": CONFIG["available_node_types"][WORKER_TYPE],
+        },
+    }
+    report = {
+        **FAKE_IDLE,
+        "activeNodes": {HEAD_TYPE: 1, "cpuWorkers": 1},
+        "pendingLaunches": {"cpuWorkers": 1},
+        "nodeTypeMapping": {HEAD_ID: HEAD_TYPE, NODE_1: "cpu_workers"},
+    }
     scaler = autoscaler_from_status(status(report), config)
     worker = next(t for t in scaler.node_types if t.name == "cpu_workers")
     assert (worker.running, worker.pending, scaler.cpus_addable) == (1, 1, 1)

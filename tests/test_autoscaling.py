@@ -40,7 +40,7 @@ def autoscaling(tmp_path_factory):
             work / "server",
             head.dashboard_url,
             # Nodes take a while to appear: a fixed-size job waits for them this long.
-                    extra_env={"RAYDOCK_AUTOSCALER_CONFIG": str(config), "RAYDOCK_WORKER_START_TIMEOUT_S": "240"},
+            extra_env={"RAYDOCK_AUTOSCALER_CONFIG": str(config), "RAYDOCK_WORKER_START_TIMEOUT_S": "240"},
         ).start()
         yield server
     finally:
@@ -69,11 +69,21 @@ def test_job_needing_more_than_present_scales_the_cluster_up_and_down(autoscalin
     assert "counting what its autoscaler can add" in too_big.json()["error"]["message"]
 
     # Two workers on a cluster with no CPUs: accepted, started, and given nodes.
-    spec = {"name": "grows", "model": {"type": "mlp", "hidden_sizes": [32]}, "batch_size": 32, "epochs": 3, "scaling": {"num_workers": 2}}
+    spec = {
+        "name": "grows",
+        "model": {"type": "mlp", "hidden_sizes": [32]},
+        "batch_size": 32,
+        "epochs": 3,
+        "scaling": {"num_workers": 2},
+    }
     r = http.post("/v1/jobs", json=spec)
     assert r.status_code == 202, r.text
     job_id = r.json()["id"]
-    job = wait_for(lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j, 420, "the job to end")
+    job = wait_for(
+        lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j,
+        420,
+        "the job to end",
+    )
     assert job["status"] == "SUCCEEDED", job
     group = http.get(f"/v1/jobs/{job_id}/worker-groups").json()[0]
     head_id = next(n["node_id"] for n in cluster["nodes"] if n["is_head"])

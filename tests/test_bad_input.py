@@ -24,13 +24,37 @@ CASES = [
     ("unknown field", bad(learning_rate=0.1), 422, "invalid_spec", "learning_rate"),
     ("wrong type", bad(batch_size="large"), 422, "invalid_spec", "batch_size"),
     ("negative workers", bad(scaling={"num_workers": -2}), 422, "invalid_spec", "scaling.num_workers"),
-    ("nested typo", bad(optimizer={"name": "adam", "learning_rate": 1}), 422, "invalid_spec", "optimizer.learning_rate"),
+    (
+        "nested typo",
+        bad(optimizer={"name": "adam", "learning_rate": 1}),
+        422,
+        "invalid_spec",
+        "optimizer.learning_rate",
+    ),
     ("both model and entrypoint", bad(entrypoint="a.b:c"), 422, "invalid_spec", "exactly one of"),
     ("entrypoint form", user_spec("not a module"), 422, "invalid_spec", "package.module:function"),
     ("missing module", user_spec("userpkg.nothere:train"), 422, "entrypoint_not_found", "userpkg.nothere"),
-    ("missing working_dir", user_spec("userpkg.steps:train", working_dir="/no/such/dir"), 422, "working_dir_not_found", "/no/such/dir"),
-    ("more workers than the cluster", bad(scaling={"num_workers": CLUSTER_CPUS + 1}), 422, "exceeds_cluster_capacity", "scaling.num_workers"),
-    ("a GPU the cluster lacks", bad(scaling={"num_workers": 1, "use_gpu": True}), 422, "exceeds_cluster_capacity", "GPU"),
+    (
+        "missing working_dir",
+        user_spec("userpkg.steps:train", working_dir="/no/such/dir"),
+        422,
+        "working_dir_not_found",
+        "/no/such/dir",
+    ),
+    (
+        "more workers than the cluster",
+        bad(scaling={"num_workers": CLUSTER_CPUS + 1}),
+        422,
+        "exceeds_cluster_capacity",
+        "scaling.num_workers",
+    ),
+    (
+        "a GPU the cluster lacks",
+        bad(scaling={"num_workers": 1, "use_gpu": True}),
+        422,
+        "exceeds_cluster_capacity",
+        "GPU",
+    ),
 ]
 
 
@@ -68,7 +92,13 @@ def test_sdk_raises_typed_errors(client: Client):
 
 def test_unknown_job_routes_are_404(server):
     http = httpx.Client(base_url=server.url)
-    for method, path in [("GET", "/v1/jobs/nope"), ("POST", "/v1/jobs/nope/cancel"), ("DELETE", "/v1/jobs/nope"), ("GET", "/v1/jobs/nope/metrics"), ("GET", "/v1/jobs/nope/checkpoints")]:
+    for method, path in [
+        ("GET", "/v1/jobs/nope"),
+        ("POST", "/v1/jobs/nope/cancel"),
+        ("DELETE", "/v1/jobs/nope"),
+        ("GET", "/v1/jobs/nope/metrics"),
+        ("GET", "/v1/jobs/nope/checkpoints"),
+    ]:
         r = http.request(method, path)
         assert r.status_code == 404, (method, path)
         assert r.json()["error"]["code"] == "job_not_found"

@@ -57,7 +57,11 @@ def test_package_is_deterministic_and_leaves_out_what_it_should(tmp_path):
         with zipfile.ZipFile(a.path) as zf:
             infos = zf.infolist()
         names = [i.filename for i in infos]
-        assert names == sorted(names) == [f"{TOP}/.gitignore", f"{TOP}/pkg/__init__.py", f"{TOP}/pkg/train.py", f"{TOP}/run.sh"]
+        assert (
+            names
+            == sorted(names)
+            == [f"{TOP}/.gitignore", f"{TOP}/pkg/__init__.py", f"{TOP}/pkg/train.py", f"{TOP}/run.sh"]
+        )
         assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
         modes = {i.filename: stat.S_IMODE(i.external_attr >> 16) for i in infos}
         assert modes[f"{TOP}/run.sh"] == 0o755 and modes[f"{TOP}/pkg/train.py"] == 0o644
@@ -211,7 +215,14 @@ def test_cli_refuses_code_over_the_caps_before_sending_it(upload_server, tmp_pat
     (project / "job.yaml").write_text("entrypoint: main:train\nworking_dir: code\nscaling: {num_workers: 1}\n")
     before = stored(upload_server)
     env = {**os.environ, "RAYDOCK_URL": upload_server.url, "COLUMNS": "400"}  # wide enough that rich wraps nothing
-    run = subprocess.run([sys.executable, "-m", "service.cli", "submit", "job.yaml"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "submit", "job.yaml"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     assert "RAYDOCK_CODE_MAX_BYTES" in run.stderr and "weights.py" in run.stderr and "code_too_large" in run.stderr
     assert stored(upload_server) == before
@@ -220,7 +231,9 @@ def test_cli_refuses_code_over_the_caps_before_sending_it(upload_server, tmp_pat
 def test_uploads_need_the_api_token(tmp_path):
     """The upload route reads no body before the token is checked: a client without it
     gets 401 and nothing is stored, however large the body it announces."""
-    server = ServerProcess(tmp_path / "data", f"http://127.0.0.1:{free_ports(1)[0]}", token="t0ken", extra_env={"RAYDOCK_CODE_ROOT": ""}).start()
+    server = ServerProcess(
+        tmp_path / "data", f"http://127.0.0.1:{free_ports(1)[0]}", token="t0ken", extra_env={"RAYDOCK_CODE_ROOT": ""}
+    ).start()
     try:
         body = zip_of([(f"{TOP}/main.py", b"x = 1\n")])
         sha = hashlib.sha256(body).hexdigest()

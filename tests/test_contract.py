@@ -34,29 +34,74 @@ BAD_SPECS = [
     ("label key with spaces", digits_spec(labels={"a key": "v"}), "labels"),
     ("label value too long", digits_spec(labels={"k": "v" * 257}), "labels"),
     ("deadline of a century", digits_spec(max_runtime_s=100 * 366 * 86_400), "max_runtime_s"),
-    ("choice of 1001 values", tune_spec(search_space={"batch_size": {"type": "choice", "values": list(range(1, 1002))}}), "values"),
-    ("grid past the trial cap", tune_spec(
-        algorithm="grid",
-        search_space={
-            "batch_size": {"type": "grid", "values": list(range(1, 201))},
-            "optimizer.lr": {"type": "grid", "values": [0.001 * i for i in range(1, 101)]},
-        },
-    ), f"more than the {MAX_TRIALS} trials"),
+    (
+        "choice of 1001 values",
+        tune_spec(search_space={"batch_size": {"type": "choice", "values": list(range(1, 1002))}}),
+        "values",
+    ),
+    (
+        "grid past the trial cap",
+        tune_spec(
+            algorithm="grid",
+            search_space={
+                "batch_size": {"type": "grid", "values": list(range(1, 201))},
+                "optimizer.lr": {"type": "grid", "values": [0.001 * i for i in range(1, 101)]},
+            },
+        ),
+        f"more than the {MAX_TRIALS} trials",
+    ),
     ("tune seed 2**32", tune_spec(seed=2**32), "seed"),
     ("cnn channels of 1e23", digits_spec(model={"type": "cnn", "channels": [10**23]}), "model.cnn.channels"),
     ("mlp of 65 layers", digits_spec(model={"type": "mlp", "hidden_sizes": [8] * 65}), "hidden_sizes"),
-    ("schedule of 10001 intervals", digits_spec(schedule={
-        "unit": "step", "intervals": [{"at": i, "values": {"optimizer.lr": 0.1}} for i in range(10_001)],
-    }), "schedule.intervals"),
-    ("scheduled lr of infinity", digits_spec(schedule={"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": float("inf")}}]}), "lr"),
-    ("schedule at a step past the cap", digits_spec(schedule={
-        "unit": "step", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}, {"at": 10**9, "values": {"optimizer.lr": 0.01}}],
-    }), "schedule.intervals.1.at"),
-    ("search whose base has a schedule", tune_spec(base=digits_spec(epochs=2, schedule={
-        "unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": 0.1}}, {"at": 1, "values": {"optimizer.lr": 0.01}}],
-    })), "base.schedule: a search sets the optimizer values of its trials itself"),
-    ("search over the schedule", tune_spec(search_space={"schedule.unit": {"type": "choice", "values": ["epoch", "step"]}}),
-     "search_space.schedule.unit: cannot be searched: a search sets the optimizer values itself"),
+    (
+        "schedule of 10001 intervals",
+        digits_spec(
+            schedule={
+                "unit": "step",
+                "intervals": [{"at": i, "values": {"optimizer.lr": 0.1}} for i in range(10_001)],
+            }
+        ),
+        "schedule.intervals",
+    ),
+    (
+        "scheduled lr of infinity",
+        digits_spec(schedule={"unit": "epoch", "intervals": [{"at": 0, "values": {"optimizer.lr": float("inf")}}]}),
+        "lr",
+    ),
+    (
+        "schedule at a step past the cap",
+        digits_spec(
+            schedule={
+                "unit": "step",
+                "intervals": [
+                    {"at": 0, "values": {"optimizer.lr": 0.1}},
+                    {"at": 10**9, "values": {"optimizer.lr": 0.01}},
+                ],
+            }
+        ),
+        "schedule.intervals.1.at",
+    ),
+    (
+        "search whose base has a schedule",
+        tune_spec(
+            base=digits_spec(
+                epochs=2,
+                schedule={
+                    "unit": "epoch",
+                    "intervals": [
+                        {"at": 0, "values": {"optimizer.lr": 0.1}},
+                        {"at": 1, "values": {"optimizer.lr": 0.01}},
+                    ],
+                },
+            )
+        ),
+        "base.schedule: a search sets the optimizer values of its trials itself",
+    ),
+    (
+        "search over the schedule",
+        tune_spec(search_space={"schedule.unit": {"type": "choice", "values": ["epoch", "step"]}}),
+        "search_space.schedule.unit: cannot be searched: a search sets the optimizer values itself",
+    ),
 ]
 
 
@@ -105,7 +150,9 @@ def test_poison_events_do_not_validate(what, event):
 
 
 def test_good_events_validate_and_ignore_extra_fields():
-    metric = parse_event({"type": "metric", "seq": 3, "ts": 1.5, "metrics": {"step": 4, "loss": 0.5, "note": "nan"}, "extra": 1})
+    metric = parse_event(
+        {"type": "metric", "seq": 3, "ts": 1.5, "metrics": {"step": 4, "loss": 0.5, "note": "nan"}, "extra": 1}
+    )
     assert (metric.type, metric.seq, metric.metrics["step"]) == ("metric", 3, 4)
     best = parse_event({"type": "best_trial", "seq": 0, "trial_id": "t1", "value": 0.9})
     assert best.type == "best_trial" and best.value == 0.9

@@ -174,9 +174,7 @@ def kuberay_docs() -> list[dict]:
 
 def kuberay_doc(kind: str, name: str | None = None) -> dict:
     matches = [
-        doc
-        for doc in kuberay_docs()
-        if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)
+        doc for doc in kuberay_docs() if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)
     ]
     assert len(matches) == 1, f"expected one {kind} {name or ''} in docker/kuberay, found {len(matches)}"
     return matches[0]
@@ -406,7 +404,11 @@ def compose(tmp_path: Path, *args: str, **values: str) -> subprocess.CompletedPr
 
 
 # What compose refuses to start without; none has a default.
-REQUIRED_SECRETS = {"RAYDOCK_API_TOKEN": "test-token", "RAY_AUTH_TOKEN": "test-ray-token", "POSTGRES_PASSWORD": "test-password"}
+REQUIRED_SECRETS = {
+    "RAYDOCK_API_TOKEN": "test-token",
+    "RAY_AUTH_TOKEN": "test-ray-token",
+    "POSTGRES_PASSWORD": "test-password",
+}
 
 
 def test_compose_config_is_valid(tmp_path):
@@ -417,7 +419,9 @@ def test_compose_config_is_valid(tmp_path):
 
 
 def test_compose_refuses_to_start_without_api_token(tmp_path):
-    result = compose(tmp_path, "config", "-q", **{k: v for k, v in REQUIRED_SECRETS.items() if k != "RAYDOCK_API_TOKEN"})
+    result = compose(
+        tmp_path, "config", "-q", **{k: v for k, v in REQUIRED_SECRETS.items() if k != "RAYDOCK_API_TOKEN"}
+    )
     assert result.returncode != 0
     assert "RAYDOCK_API_TOKEN" in result.stderr
 
@@ -569,10 +573,16 @@ def test_cluster_config_content():
     # Token auth on every node and for the API: each command that starts Ray or the
     # server sets the mode and the mounted token file first.
     token = next(remote for remote, local in config["file_mounts"].items() if local.endswith("ray_cluster_token"))
-    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c or "raydock serve" in c]
+    starts = [
+        c
+        for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+        if "ray start" in c or "raydock serve" in c
+    ]
     assert len(starts) == 3
     for command in starts:
-        assert command.index("RAY_AUTH_MODE=token") < command.index("ray start" if "ray start" in command else "raydock serve")
+        assert command.index("RAY_AUTH_MODE=token") < command.index(
+            "ray start" if "ray start" in command else "raydock serve"
+        )
         assert f'RAY_AUTH_TOKEN_PATH="$HOME/{token.removeprefix("~/")}"' in command
 
 
@@ -760,7 +770,9 @@ def test_ray_token_auth_everywhere_on_kubernetes():
         assert env["RAY_AUTH_MODE"]["value"] == "token", label
         ref = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"]) == ("raydock-ray-auth", "token"), label
-        secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})}
+        secrets = {
+            e["valueFrom"]["secretKeyRef"]["name"] for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})
+        }
         if label != "api":
             assert secrets == {"raydock-ray-auth"}, label
 
@@ -866,7 +878,11 @@ def test_raycluster_pods_share_storage_and_run_as_non_root():
         assert pod["securityContext"]["runAsNonRoot"] is True
         volumes = {v["name"]: v for v in pod["volumes"]}
         mounts = {m["name"]: m["mountPath"] for m in ray_container["volumeMounts"]}
-        shared = [name for name, v in volumes.items() if v.get("persistentVolumeClaim", {}).get("claimName") == "raydock-shared"]
+        shared = [
+            name
+            for name, v in volumes.items()
+            if v.get("persistentVolumeClaim", {}).get("claimName") == "raydock-shared"
+        ]
         assert shared and mounts[shared[0]] == SHARED_MOUNT, group
         env = container_env(ray_container)
         assert env["RAYDOCK_STORAGE_PATH"]["value"].startswith(SHARED_MOUNT)
@@ -945,7 +961,15 @@ def test_kustomize_builds(tmp_path):
     assert result.returncode == 0, result.stderr
     docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
     kinds = {doc["kind"] for doc in docs}
-    assert {"Namespace", "Secret", "PersistentVolumeClaim", "RayCluster", "Deployment", "Service", "NetworkPolicy"} <= kinds
+    assert {
+        "Namespace",
+        "Secret",
+        "PersistentVolumeClaim",
+        "RayCluster",
+        "Deployment",
+        "Service",
+        "NetworkPolicy",
+    } <= kinds
     for doc in docs:
         if doc["kind"] != "Namespace":
             assert doc["metadata"]["namespace"] == "raydock", doc["kind"]

@@ -20,7 +20,9 @@ from tests.test_jobs import wait_for
 
 
 def ckpt_job(**config) -> dict:
-    return user_spec("userpkg.ckpt_steps:train", name="ckpt", config={"steps": 20, "every": 5, "sleep_s": 0.3, **config})
+    return user_spec(
+        "userpkg.ckpt_steps:train", name="ckpt", config={"steps": 20, "every": 5, "sleep_s": 0.3, **config}
+    )
 
 
 def test_worker_sigkill_retries_from_last_checkpoint(client: Client):
@@ -62,14 +64,22 @@ def test_resume_after_cancel_continues_from_checkpoint(client: Client):
 
 
 def test_queue_admits_by_priority_then_arrival_and_enforces_deadlines(client: Client):
-    blocker = client.submit({**ckpt_job(steps=10_000, sleep_s=0.2), "name": "blocker", "scaling": {"num_workers": 2, "cpus_per_worker": CLUSTER_CPUS / 2}})
+    blocker = client.submit(
+        {
+            **ckpt_job(steps=10_000, sleep_s=0.2),
+            "name": "blocker",
+            "scaling": {"num_workers": 2, "cpus_per_worker": CLUSTER_CPUS / 2},
+        }
+    )
     wait_for(lambda: blocker.metrics(), 120, "blocker running")
     small = {"steps": 1, "sleep_s": 0.0}
     one_node = {"num_workers": 1, "cpus_per_worker": CLUSTER_CPUS - 1}  # one at a time
     a = client.submit({**user_spec("userpkg.steps:train", name="a", config=small), "scaling": one_node})
     b = client.submit({**user_spec("userpkg.steps:train", name="b", config=small), "scaling": one_node, "priority": 5})
     c = client.submit({**user_spec("userpkg.steps:train", name="c", config=small), "scaling": one_node})
-    late = client.submit({**user_spec("userpkg.steps:train", name="late", config=small), "scaling": one_node, "scheduling_timeout_s": 2})
+    late = client.submit(
+        {**user_spec("userpkg.steps:train", name="late", config=small), "scaling": one_node, "scheduling_timeout_s": 2}
+    )
 
     wait_for(lambda: late.refresh().status.is_terminal(), 30, "scheduling deadline")
     assert late.status.value == "FAILED" and late.info.failure_cause.value == "NO_RESOURCES"

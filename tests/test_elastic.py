@@ -17,7 +17,12 @@ def elastic(lo: int, hi: int, **scaling) -> dict:
 
 CASES = [
     ("min above max", digits_spec(scaling=elastic(3, 2)), "invalid_spec", "min (3) must be <= max (2)"),
-    ("min below one", digits_spec(scaling=elastic(0, 2)), "invalid_spec", "min: Input should be greater than or equal to 1"),
+    (
+        "min below one",
+        digits_spec(scaling=elastic(0, 2)),
+        "invalid_spec",
+        "min: Input should be greater than or equal to 1",
+    ),
     ("range without max", digits_spec(scaling={"num_workers": {"min": 1}}), "invalid_spec", "max: Field required"),
     (
         "range with a fixed mesh",
@@ -25,8 +30,18 @@ CASES = [
         "invalid_spec",
         "needs a strategy whose mesh is data-parallel only",
     ),
-    ("range for the gpt", {"model": {"type": "gpt"}, "scaling": elastic(1, 2)}, "invalid_spec", "not available for model.type gpt"),
-    ("min above the cluster", digits_spec(scaling=elastic(CLUSTER_CPUS + 1, CLUSTER_CPUS + 2)), "exceeds_cluster_capacity", "(scaling.num_workers.min)"),
+    (
+        "range for the gpt",
+        {"model": {"type": "gpt"}, "scaling": elastic(1, 2)},
+        "invalid_spec",
+        "not available for model.type gpt",
+    ),
+    (
+        "min above the cluster",
+        digits_spec(scaling=elastic(CLUSTER_CPUS + 1, CLUSTER_CPUS + 2)),
+        "exceeds_cluster_capacity",
+        "(scaling.num_workers.min)",
+    ),
 ]
 
 
@@ -48,9 +63,13 @@ def test_elastic_job_grows_when_cpus_free_up_and_resumes_from_checkpoint(server)
     # in start order, so the elastic job starts on the 2 left and grows at its first
     # resize check after the blocker's CPUs are free: to 4, all there is, though its max
     # is higher (admission counted its min).
-    blocker = http.post("/v1/jobs", json=user_spec("userpkg.steps:train", name="blocker", config={"steps": 100_000, "sleep_s": 0.2})).json()["id"]
+    blocker = http.post(
+        "/v1/jobs", json=user_spec("userpkg.steps:train", name="blocker", config={"steps": 100_000, "sleep_s": 0.2})
+    ).json()["id"]
     wait_for(lambda: http.get(f"/v1/jobs/{blocker}/metrics").json(), 120, "the blocker to train")
-    spec = digits_spec(name="grows", epochs=100_000, batch_size=32, scaling=elastic(1, CLUSTER_CPUS * 2, resize_check_interval_s=3))
+    spec = digits_spec(
+        name="grows", epochs=100_000, batch_size=32, scaling=elastic(1, CLUSTER_CPUS * 2, resize_check_interval_s=3)
+    )
     r = http.post("/v1/jobs", json=spec)
     assert r.status_code == 202, r.text
     job_id = r.json()["id"]

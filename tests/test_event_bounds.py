@@ -48,7 +48,9 @@ def test_a_flood_of_worker_failures_keeps_the_job_list_small(target):
     took = time.perf_counter() - t0
     size = attacks.list_page_bytes(target)
     job = httpx.get(f"{target.url}/v1/jobs/{job_id}").json()
-    print(f"\n18000 worker_failure events: pushed in {took:.1f} s; GET /v1/jobs?limit=50 is {size} bytes (bound 256 KiB)")
+    print(
+        f"\n18000 worker_failure events: pushed in {took:.1f} s; GET /v1/jobs?limit=50 is {size} bytes (bound 256 KiB)"
+    )
     assert size < 256 * 1024
     assert job["restarts_total"] == 18_000
     assert [r["at"] for r in job["restarts"]] == [1.0 + i for i in range(17_990, 18_000)]  # the newest 10
@@ -56,9 +58,13 @@ def test_a_flood_of_worker_failures_keeps_the_job_list_small(target):
 
 
 BOUNDS = {
-    "RAYDOCK_MAX_METRICS_PER_JOB": "30", "RAYDOCK_MAX_WORKER_GROUPS_PER_JOB": "2", "RAYDOCK_MAX_CHECKPOINTS_PER_JOB": "3",
-    "RAYDOCK_MAX_TRIALS_PER_JOB": "4", "RAYDOCK_MAX_TRIAL_REPORTS_PER_JOB": "25", "RAYDOCK_MAX_EXPLOITS_PER_JOB": "2",
-}  # fmt: skip
+    "RAYDOCK_MAX_METRICS_PER_JOB": "30",
+    "RAYDOCK_MAX_WORKER_GROUPS_PER_JOB": "2",
+    "RAYDOCK_MAX_CHECKPOINTS_PER_JOB": "3",
+    "RAYDOCK_MAX_TRIALS_PER_JOB": "4",
+    "RAYDOCK_MAX_TRIAL_REPORTS_PER_JOB": "25",
+    "RAYDOCK_MAX_EXPLOITS_PER_JOB": "2",
+}
 
 
 def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(tmp_path, database_url):
@@ -71,7 +77,11 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
         body += [{"type": "checkpoint", "seq": i, "path": f"{prefix}/checkpoint_{i:06d}"} for i in range(7)]
         assert target.push(train, body).status_code == 204
         job = httpx.get(f"{target.url}/v1/jobs/{train}").json()
-        assert (rows(target, MetricRow, train), rows(target, WorkerGroupRow, train), rows(target, CheckpointRow, train)) == (30, 2, 3)
+        assert (
+            rows(target, MetricRow, train),
+            rows(target, WorkerGroupRow, train),
+            rows(target, CheckpointRow, train),
+        ) == (30, 2, 3)
         # One metric past the bound is dropped; the push then stops at the gap it leaves (the log brings the rest).
         assert job["dropped_events"] == 1 + 3 + 4
         assert "RAYDOCK_MAX_CHECKPOINTS_PER_JOB" in job["last_dropped_reason"]
@@ -81,13 +91,22 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
         reports = attacks.trial_reports(0, 40, trials=6)  # 6 trials, 40 reports
         exploits = [{"type": "exploit", "seq": i, "trial_id": "t0", "donor_trial_id": "t1"} for i in range(4)]
         assert target.push(search, reports + exploits).status_code == 204
-        assert target.push(search, [{"type": "trial", "seq": 0, "trial_id": "t0", "status": "TERMINATED"}]).status_code == 204
+        assert (
+            target.push(search, [{"type": "trial", "seq": 0, "trial_id": "t0", "status": "TERMINATED"}]).status_code
+            == 204
+        )
         job = httpx.get(f"{target.url}/v1/jobs/{search}").json()
-        assert (rows(target, TrialRow, search), rows(target, TrialMetricRow, search), rows(target, ExploitRow, search)) == (4, 25, 2)
+        assert (
+            rows(target, TrialRow, search),
+            rows(target, TrialMetricRow, search),
+            rows(target, ExploitRow, search),
+        ) == (4, 25, 2)
         assert job["dropped_events"] == 40 - 25 + 2
         assert "RAYDOCK_MAX_EXPLOITS_PER_JOB" in job["last_dropped_reason"]
         trials = httpx.get(f"{target.url}/v1/jobs/{search}/trials").json()
-        assert [t["status"] for t in trials if t["trial_id"] == "t0"] == ["TERMINATED"]  # a known trial still takes its status
+        assert [t["status"] for t in trials if t["trial_id"] == "t0"] == [
+            "TERMINATED"
+        ]  # a known trial still takes its status
     finally:
         target.stop()
 
@@ -104,8 +123,10 @@ def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(targ
         return time.perf_counter() - t0
 
     latencies, took = attacks.submit_latencies_while(target, delete)
-    print(f"\ndelete of a job with 1M rows: {took:.1f} s; POST /v1/jobs meanwhile: {len(latencies)} submits, "
-          f"median {sorted(latencies)[len(latencies) // 2]:.0f} ms, max {max(latencies):.0f} ms (bound 1000 ms)")  # fmt: skip
+    print(
+        f"\ndelete of a job with 1M rows: {took:.1f} s; POST /v1/jobs meanwhile: {len(latencies)} submits, "
+        f"median {sorted(latencies)[len(latencies) // 2]:.0f} ms, max {max(latencies):.0f} ms (bound 1000 ms)"
+    )
     assert httpx.get(f"{target.url}/v1/jobs/{job_id}").status_code == 404
     assert rows(target, MetricRow, job_id) == rows(target, TrialMetricRow, job_id) == 0
     if database_url.startswith("sqlite"):  # PostgreSQL locks rows, not the database: submits never wait on a delete
@@ -158,8 +179,10 @@ def test_submits_stay_fast_while_a_search_pushes_on_many_connections(tmp_path):
     try:
         job_id = target.running_search()
         figures = attacks.submits_while_a_search_pushes(target, job_id, connections=8, submits=40)
-        print(f"\nPOST /v1/jobs while a search pushes on 8 connections: median {figures.p50:.0f} ms, max {figures.max:.0f} ms "
-              f"(bounds 200 / 1000 ms); posts stored {figures.pushes}, turned away {figures.busy}")  # fmt: skip
+        print(
+            f"\nPOST /v1/jobs while a search pushes on 8 connections: median {figures.p50:.0f} ms, max {figures.max:.0f} ms "
+            f"(bounds 200 / 1000 ms); posts stored {figures.pushes}, turned away {figures.busy}"
+        )
         assert not figures.other and figures.pushes > 0
         assert figures.p50 < 200 and figures.max < 1000
     finally:
@@ -199,7 +222,9 @@ def test_the_best_so_far_of_100k_reports_is_one_indexed_read(target):
         times.append(time.perf_counter() - t0)
     took = min(times)
     grew = (attacks.server_peak_rss_kib(target) - before) / 1024
-    print(f"\nGET /best at 100k reports (seeded in {seeded:.0f} s): {took * 1000:.0f} ms (bound 300 ms), server peak memory +{grew:.1f} MiB (bound 20)")
+    print(
+        f"\nGET /best at 100k reports (seeded in {seeded:.0f} s): {took * 1000:.0f} ms (bound 300 ms), server peak memory +{grew:.1f} MiB (bound 20)"
+    )
     assert r.status_code == 200, r.text
     best = r.json()
     assert (best["trial_id"], best["value"], best["metrics"], best["final"]) == (trial_id, value, metrics, False)

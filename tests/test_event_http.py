@@ -40,7 +40,9 @@ def running(deadray_server):
 
 
 def push(server, job_id: str, body) -> httpx.Response:
-    return httpx.post(f"{server.url}/v1/internal/jobs/{job_id}/events", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    return httpx.post(
+        f"{server.url}/v1/internal/jobs/{job_id}/events", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
 
 
 def metric(i: int) -> dict:
@@ -63,12 +65,21 @@ def test_pushed_batches_are_stored_and_read_back_in_pages_and_downsampled(runnin
     assert len(last.json()) == 500 and "next" not in last.links
     chart = job.metrics(max_points=50)
     assert len(chart) <= 50 and (chart[0].seq, chart[-1].seq) == (0, 2499)
-    assert min(p.metrics_min["loss"] for p in chart[1:]) == 0.0 and max(p.metrics_max["loss"] for p in chart[1:]) == 96 / 97
+    assert (
+        min(p.metrics_min["loss"] for p in chart[1:]) == 0.0
+        and max(p.metrics_max["loss"] for p in chart[1:]) == 96 / 97
+    )
 
 
 @pytest.mark.parametrize(
     "params",
-    [{"limit": 0}, {"limit": series.PAGE_MAX + 1}, {"max_points": 1}, {"max_points": series.POINTS_MAX + 1}, {"since": -2}],
+    [
+        {"limit": 0},
+        {"limit": series.PAGE_MAX + 1},
+        {"max_points": 1},
+        {"max_points": series.POINTS_MAX + 1},
+        {"since": -2},
+    ],
 )
 def test_metric_query_bounds_are_4xx_with_a_code(running, params):
     server, _, _, job_id = running
@@ -96,7 +107,12 @@ def test_a_follow_stream_returns_every_character_once_while_the_log_grows(runnin
 def test_a_streamed_checkpoint_download_is_the_stored_files(running, tmp_path):
     _, service, client, job_id = running
     ckpt = Path(service.prefix(job_id)) / "checkpoint_000001"
-    files = {"model.pt": os.urandom(5 << 20), "state.json": b'{"step": 3}', "shards/__0_0.distcp": os.urandom(300_000), "empty": b""}
+    files = {
+        "model.pt": os.urandom(5 << 20),
+        "state.json": b'{"step": 3}',
+        "shards/__0_0.distcp": os.urandom(300_000),
+        "empty": b"",
+    }
     for name, data in files.items():
         (ckpt / name).parent.mkdir(parents=True, exist_ok=True)
         (ckpt / name).write_bytes(data)

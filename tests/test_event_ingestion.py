@@ -34,7 +34,11 @@ def running(database_url, tmp_path):
 
 def stored(service, job_id: str) -> list[tuple[int, int, int]]:
     with service.sessions() as s:
-        q = select(MetricRow.seq, MetricRow.attempt, MetricRow.src_seq).where(MetricRow.job_id == job_id).order_by(MetricRow.seq)
+        q = (
+            select(MetricRow.seq, MetricRow.attempt, MetricRow.src_seq)
+            .where(MetricRow.job_id == job_id)
+            .order_by(MetricRow.seq)
+        )
         return [tuple(r) for r in s.execute(q)]
 
 
@@ -67,7 +71,13 @@ def test_both_channels_store_every_event_once_across_batches_and_retries(running
 
 def test_a_batch_with_bad_events_stores_the_good_ones_and_counts_the_rest(running):
     service, job_id = running
-    batch = [metric(0), {"type": "metric", "seq": -1, "metrics": {}}, "not an event", metric(1), {"type": "nope", "seq": 2}]
+    batch = [
+        metric(0),
+        {"type": "metric", "seq": -1, "metrics": {}},
+        "not an event",
+        metric(1),
+        {"type": "nope", "seq": 2},
+    ]
     service.ingest(job_id, batch, push=True)
     assert stored(service, job_id) == [(0, 1, 0), (1, 1, 1)]
     assert service.get(job_id).dropped_events == 3
@@ -96,7 +106,9 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     assert max(p.metrics_max["acc"] for p in points[1:]) == 5.0
     assert min(p.metrics_min["acc"] for p in points[1:]) == -5.0
     assert "note" not in points[1].metrics_min  # only numbers have extremes
-    assert [p.seq for p in service.metrics_downsampled(job_id, 2400, 500)] == list(range(2401, 2500))  # fewer than asked: as stored
+    assert [p.seq for p in service.metrics_downsampled(job_id, 2400, 500)] == list(
+        range(2401, 2500)
+    )  # fewer than asked: as stored
     with service.sessions() as s:  # databases without JSON functions get the same buckets, made in Python
         assert series._downsample_here(s, job_id, -1, 100, 2499) == points
     window = service.metrics_downsampled(job_id, 999, 10, until=1999)  # the next 1000 reports after seq 999
@@ -110,7 +122,9 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
     service, job_id = running
     rng = random.Random(1)
     n = 3000
-    events = [metric(i, acc=rng.uniform(-1, 1), flag=i % 7 == 0, note="x", big=rng.randint(-(10**6), 10**6)) for i in range(n)]
+    events = [
+        metric(i, acc=rng.uniform(-1, 1), flag=i % 7 == 0, note="x", big=rng.randint(-(10**6), 10**6)) for i in range(n)
+    ]
     events[2222]["metrics"]["acc"] = 9.0  # an extreme inside a wide block
     at = log_at = 0
     while at < n:  # batches of 1 to 300 events, some from the log channel
@@ -121,9 +135,19 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
             service.ingest(job_id, events[at : at + size], push=True)
         at += size
     assert stored(service, job_id)[-1][0] == n - 1
-    windows = [(-1, None, 2), (-1, None, 3), (-1, None, 5), (-1, None, 40), (-1, None, 500), (17, None, 4), (999, 1999, 10)]
+    windows = [
+        (-1, None, 2),
+        (-1, None, 3),
+        (-1, None, 5),
+        (-1, None, 40),
+        (-1, None, 500),
+        (17, None, 4),
+        (999, 1999, 10),
+    ]
     windows += [(rng.randrange(-1, n - 100), None, rng.randrange(2, 60)) for _ in range(6)]
-    windows += [(a, a + rng.randrange(100, 2000), rng.randrange(2, 30)) for a in (rng.randrange(0, n - 2000) for _ in range(5))]
+    windows += [
+        (a, a + rng.randrange(100, 2000), rng.randrange(2, 30)) for a in (rng.randrange(0, n - 2000) for _ in range(5))
+    ]
     with service.sessions() as s:
         for since, until, max_points in windows:
             points = series.downsample(s, job_id, since, max_points, until)
@@ -150,12 +174,17 @@ def test_a_capped_log_keeps_head_and_tail_says_what_it_dropped_and_takes_in_ever
     with service.sessions() as s:
         job = s.get(JobRow, job_id)
         whole, end = logs.read(s, job_id, 0, max_chunks=10_000)
-        marks = s.scalars(select(LogChunkRow).where(LogChunkRow.job_id == job_id, LogChunkRow.dropped_bytes.is_not(None))).all()
+        marks = s.scalars(
+            select(LogChunkRow).where(LogChunkRow.job_id == job_id, LogChunkRow.dropped_bytes.is_not(None))
+        ).all()
         assert end == job.log_end == len(text)
         assert len(marks) == 1
         head, tail = whole.split(marks[0].text)
         dropped = len(text.encode()) - len((head + tail).encode())
-        assert marks[0].text.strip() == f"[raydock: {dropped} bytes of this log were dropped here to keep it under RAYDOCK_MAX_LOG_BYTES={cap}]"
+        assert (
+            marks[0].text.strip()
+            == f"[raydock: {dropped} bytes of this log were dropped here to keep it under RAYDOCK_MAX_LOG_BYTES={cap}]"
+        )
         assert text.startswith(head) and text.endswith(tail)
         assert cap // 4 - 2000 <= len(head.encode()) <= cap // 4 and cap // 2 <= len((head + tail).encode()) <= cap
         # An offset inside the dropped middle reads the marker, then the tail.

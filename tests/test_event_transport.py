@@ -41,12 +41,18 @@ def test_events_go_to_the_log_and_to_the_server_with_the_token():
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = {**os.environ, "RAYDOCK_EVENTS_URL": f"http://127.0.0.1:{server.server_port}/events", "RAYDOCK_EVENTS_TOKEN": "tok"}
+        env = {
+            **os.environ,
+            "RAYDOCK_EVENTS_URL": f"http://127.0.0.1:{server.server_port}/events",
+            "RAYDOCK_EVENTS_TOKEN": "tok",
+        }
         run = subprocess.run([sys.executable, "-c", EMIT], env=env, capture_output=True, text=True, timeout=120)
     finally:
         server.shutdown()
     assert run.returncode == 0, run.stderr
-    logged = [json.loads(line.split("RAYDOCK_EVENT ", 1)[1]) for line in run.stdout.splitlines() if "RAYDOCK_EVENT {" in line]
+    logged = [
+        json.loads(line.split("RAYDOCK_EVENT ", 1)[1]) for line in run.stdout.splitlines() if "RAYDOCK_EVENT {" in line
+    ]
     assert [e["type"] for e in logged] == ["started", "metric"]
     assert all(isinstance(body, list) for _, body in received)  # a post carries a batch: what queued up meanwhile
     assert [event for _, body in received for event in body] == logged
@@ -57,6 +63,8 @@ def test_events_go_to_the_log_and_to_the_server_with_the_token():
 
 
 def test_values_the_server_would_refuse_are_left_out_not_the_report():
-    kept = sendable_metrics({"loss": 0.25, "step": 3, "note": "ok", "nested": {"a": 1}, "long": "x" * 2000, "k" * 300: 1, "inf": math.inf})
+    kept = sendable_metrics(
+        {"loss": 0.25, "step": 3, "note": "ok", "nested": {"a": 1}, "long": "x" * 2000, "k" * 300: 1, "inf": math.inf}
+    )
     assert kept == {"loss": 0.25, "step": 3, "note": "ok", "inf": "inf"}
     assert MetricEvent(type="metric", seq=0, metrics=kept).metrics == kept  # valid as the contract has it

@@ -19,7 +19,11 @@ def raised(exc: BaseException) -> BaseException:
 
 def test_a_worker_error_is_the_users_code_with_the_workers_traceback():
     root = ZeroDivisionError("division by zero")
-    failure = classify(raised(WorkerGroupError("rank 0: Traceback ...\n  loop.py line 3\nZeroDivisionError", {0: root, 1: KeyError("x")})))
+    failure = classify(
+        raised(
+            WorkerGroupError("rank 0: Traceback ...\n  loop.py line 3\nZeroDivisionError", {0: root, 1: KeyError("x")})
+        )
+    )
     assert failure.cause is FailureCause.USER_CODE
     assert failure.message == "ZeroDivisionError: division by zero"
     assert "loop.py line 3" in failure.traceback
@@ -34,7 +38,10 @@ def test_a_worker_group_that_never_starts_is_no_resources():
 
 def test_code_that_cannot_load_is_the_users_and_anything_else_infrastructure():
     assert classify(raised(ModuleNotFoundError("No module named 'userpkg'"))).cause is FailureCause.USER_CODE
-    assert classify(raised(AttributeError("entrypoint 'a:b': module 'a' has no function 'b'"))).cause is FailureCause.USER_CODE
+    assert (
+        classify(raised(AttributeError("entrypoint 'a:b': module 'a' has no function 'b'"))).cause
+        is FailureCause.USER_CODE
+    )
     other = classify(raised(ControllerError(ConnectionError("GCS unreachable"))))
     assert other.cause is FailureCause.INFRASTRUCTURE
     # The root exception first, not the wrapper's "Training failed due to controller error:".
@@ -45,7 +52,9 @@ def test_code_that_cannot_load_is_the_users_and_anything_else_infrastructure():
 def test_a_huge_failure_still_makes_a_valid_error_event():
     failure = classify(raised(ValueError("x" * 200_000)))
     assert len(failure.message) == MESSAGE_CHARS and len(failure.traceback) == TRACEBACK_TAIL_CHARS
-    event = ErrorEvent(type="error", seq=0, cause=failure.cause.value, message=failure.message, traceback=failure.traceback)
+    event = ErrorEvent(
+        type="error", seq=0, cause=failure.cause.value, message=failure.message, traceback=failure.traceback
+    )
     assert parse_event(event.model_dump(mode="json")) == event
 
 
@@ -68,7 +77,7 @@ ZeroDivisionError: \x1b[31mdivision by zero\x1b[0m
 def test_a_traceback_reads_user_frames_first_without_colour():
     text = readable(TUNE_ERROR_TEXT)
     assert "\x1b" not in text
-    assert text.startswith("Your code (most recent call last):\n  File \"/srv/jobs/code/userpkg/model.py\", line 12")
+    assert text.startswith('Your code (most recent call last):\n  File "/srv/jobs/code/userpkg/model.py", line 12')
     assert text.index("userpkg/loop.py") < text.index("Ray and raydock") < text.index("ray/tune/trainable/trainable.py")
     assert text.rstrip().endswith("ZeroDivisionError: division by zero")
 
@@ -78,7 +87,9 @@ def test_a_trial_failure_survives_ray_and_tune_wrapping_it():
 
     from ray.exceptions import RayTaskError
 
-    trial = TrialFailed("USER_CODE", "ValueError: learning rate 5 is out of range", "Your code (most recent call last): ...")
+    trial = TrialFailed(
+        "USER_CODE", "ValueError: learning rate 5 is out of range", "Your code (most recent call last): ..."
+    )
     wrapped = RayTaskError("ImplicitFunc.train", TUNE_ERROR_TEXT, pickle.loads(pickle.dumps(trial)))
     failure = classify(raised(wrapped))
     assert failure.cause is FailureCause.USER_CODE

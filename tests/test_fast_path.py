@@ -74,7 +74,9 @@ def compile_curves_worker(rank, world_size, kind, strategy, precision, settings)
     for setting in settings:
         spec = ParallelismSpec(strategy=strategy, precision=precision, compile=setting)
         model, loss_fn, batches = model_and_batches(kind)
-        pm = parallelize(model, build_mesh(spec), spec, optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=3e-3), loss_fn=loss_fn)
+        pm = parallelize(
+            model, build_mesh(spec), spec, optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=3e-3), loss_fn=loss_fn
+        )
         fast = fast_path.resolve(setting, pm.device, strategy=strategy, precision=precision)
         fast_path.accelerate(pm, fast)
         losses = [pm.train_step(x, y) for x, y in batches]
@@ -98,7 +100,9 @@ def test_compile_on_and_off_train_the_same_loss_curve(kind):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_compiled_gpt_on_a_gpu_follows_the_eager_curve(strategy):
-    off, on = run_workers(compile_curves_worker, 1, "gpt", strategy, "bf16", ["off", "auto"], backend="nccl", timeout_s=600)[0]
+    off, on = run_workers(
+        compile_curves_worker, 1, "gpt", strategy, "bf16", ["off", "auto"], backend="nccl", timeout_s=600
+    )[0]
     assert on["compiled"] and not off["compiled"]
     assert on["losses"] == pytest.approx(off["losses"], abs=2e-2)  # bf16: kernels differ in rounding
     assert on["names"] == off["names"]
@@ -146,7 +150,12 @@ def host_reads_worker(rank, world_size, steps):
     # The optimizer the fast path builds on a GPU (fused; its CPU kernel exists too).
     # The unfused one reads its step counters on the host: CPU tensors, no sync on CUDA.
     options = {"fused": True}
-    pm = parallelize(build_gpt(TINY_GPT, seed=0), build_mesh(spec), spec, optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=1e-3, **options))
+    pm = parallelize(
+        build_gpt(TINY_GPT, seed=0),
+        build_mesh(spec),
+        spec,
+        optimizer_factory=lambda ps: torch.optim.AdamW(ps, lr=1e-3, **options),
+    )
     batches = gpt_batches(steps)
     with HostReads() as in_steps:
         total = None

@@ -72,7 +72,13 @@ def test_foreign_host_is_refused_on_loopback_without_token(open_server):
     assert_error(client.post("/v1/jobs", json=digits_spec(), headers={"Host": "evil.example"}), 400, "host_not_allowed")
     assert_error(client.get("/docs", headers={"Host": "evil.example"}), 400, "host_not_allowed")
     assert total(open_server) == before
-    for host in ("localhost", f"LOCALHOST:{open_server.port}", "127.0.0.1", f"127.0.0.1:{open_server.port}", "[::1]:8000"):
+    for host in (
+        "localhost",
+        f"LOCALHOST:{open_server.port}",
+        "127.0.0.1",
+        f"127.0.0.1:{open_server.port}",
+        "[::1]:8000",
+    ):
         assert client.get("/v1/jobs", headers={"Host": host}).status_code == 200, host
 
 
@@ -83,7 +89,15 @@ def test_any_host_is_served_when_the_token_guards_the_api(token_server):
 
 @pytest.mark.parametrize(
     "authorization",
-    [b"Bearer \xc3\xa9", b"Bearer " + TOKEN.encode() + b"\xc3\xa9", "Bearer", "Basic " + TOKEN, "Bearer wrong", TOKEN, "Bearer  " + TOKEN + " x"],
+    [
+        b"Bearer \xc3\xa9",
+        b"Bearer " + TOKEN.encode() + b"\xc3\xa9",
+        "Bearer",
+        "Basic " + TOKEN,
+        "Bearer wrong",
+        TOKEN,
+        "Bearer  " + TOKEN + " x",
+    ],
     ids=["non-ascii", "token-plus-non-ascii", "no-token", "basic", "wrong", "no-scheme", "trailing-junk"],
 )
 def test_malformed_or_wrong_authorization_is_401(token_server, authorization):
@@ -129,7 +143,9 @@ def test_query_and_header_errors_name_the_request(open_server):
     err = assert_error(client.get("/v1/jobs?limit=abc"), 422, "invalid_request")
     assert "query.limit" in err["message"]
     assert_error(client.get("/v1/jobs", params={"label": "no-equals-sign"}), 422, "invalid_request")
-    err = assert_error(client.post("/v1/jobs", json=digits_spec(), headers={"Idempotency-Key": "k" * 201}), 422, "invalid_request")
+    err = assert_error(
+        client.post("/v1/jobs", json=digits_spec(), headers={"Idempotency-Key": "k" * 201}), 422, "invalid_request"
+    )
     assert "header.idempotency-key" in err["message"]
     assert_error(client.get("/v1/jobs/bad id!"), 422, "invalid_request")
     body = assert_error(client.post("/v1/jobs", json=digits_spec(batch_size="large")), 422, "invalid_spec")
@@ -151,7 +167,9 @@ def test_body_over_the_limit_is_413_without_reading_it(open_server, token_server
     assert total(open_server) == before
 
     small = http(token_server, TOKEN)
-    assert_error(small.post("/v1/jobs", json={"name": "x", "config": {"blob": "x" * SMALL_LIMIT}}), 413, "request_too_large")
+    assert_error(
+        small.post("/v1/jobs", json={"name": "x", "config": {"blob": "x" * SMALL_LIMIT}}), 413, "request_too_large"
+    )
     assert small.post("/v1/jobs", json=digits_spec(name="fits")).status_code == 202
 
 
@@ -175,8 +193,19 @@ def test_raydock_run_works_with_an_api_token(ray_head, tmp_path):
     spec = digits_spec(name="run-with-token", epochs=1, scaling={"num_workers": 1})
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "RAY_ADDRESS": ray_head.dashboard_url, "RAYDOCK_DATA_DIR": str(tmp_path / "data"), "RAYDOCK_API_TOKEN": TOKEN}
-    run = subprocess.run([sys.executable, "-m", "service.cli", "run", str(spec_file)], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray_head.dashboard_url,
+        "RAYDOCK_DATA_DIR": str(tmp_path / "data"),
+        "RAYDOCK_API_TOKEN": TOKEN,
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "run", str(spec_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "latest checkpoint" in run.stdout
 

@@ -42,7 +42,9 @@ def ray_jobs_of(dashboard: str, job_id: str) -> list:
 
 
 def active(jobs: list) -> list:
-    return [j for j in jobs if str(j.status.value if hasattr(j.status, "value") else j.status) in ("PENDING", "RUNNING")]
+    return [
+        j for j in jobs if str(j.status.value if hasattr(j.status, "value") else j.status) in ("PENDING", "RUNNING")
+    ]
 
 
 def test_poison_events_are_dropped_and_counted_and_the_server_goes_on(client: Client, server, ray_head):
@@ -70,7 +72,9 @@ def test_poison_events_are_dropped_and_counted_and_the_server_goes_on(client: Cl
     # An ended job takes no more events, even with its own token.
     before = len(bad.metrics())
     late = {"type": "metric", "seq": before, "metrics": {"step": 99}}
-    httpx.post(f"{server.url}/v1/internal/jobs/{bad.id}/events", json=late, headers={"Authorization": f"Bearer {token}"})
+    httpx.post(
+        f"{server.url}/v1/internal/jobs/{bad.id}/events", json=late, headers={"Authorization": f"Bearer {token}"}
+    )
     assert len(bad.metrics()) == before
 
 
@@ -97,7 +101,9 @@ def test_forged_checkpoint_paths_are_neither_listed_nor_downloadable(client: Cli
     engine = create_engine(f"sqlite:///{data_dir / 'raydock.db'}")
     with engine.begin() as conn:
         conn.execute(
-            text("INSERT INTO checkpoints (job_id, attempt, path, \"values\", created_at) VALUES (:j, 1, :p, '{}', CURRENT_TIMESTAMP)"),
+            text(
+                "INSERT INTO checkpoints (job_id, attempt, path, \"values\", created_at) VALUES (:j, 1, :p, '{}', CURRENT_TIMESTAMP)"
+            ),
             {"j": job.id, "p": str(data_dir)},
         )
         row_id = conn.execute(text("SELECT max(id) FROM checkpoints WHERE job_id = :j"), {"j": job.id}).scalar()
@@ -243,7 +249,9 @@ def test_cluster_lost_and_back_then_resume_runs_one_driver(ray_head, tmp_path):
             assert huge.status.value == "QUEUED"
 
             proxy.restore()
-            wait_for(lambda: not active(ray_jobs_of(ray_head.dashboard_url, job.id)), 90, "the orphaned Ray job stopped")
+            wait_for(
+                lambda: not active(ray_jobs_of(ray_head.dashboard_url, job.id)), 90, "the orphaned Ray job stopped"
+            )
             wait_for(lambda: huge.refresh().status.value == "FAILED", 60, "the job that can never fit to fail")
             assert huge.info.failure_cause.value == "NO_RESOURCES"
             assert "64 workers" in huge.info.error

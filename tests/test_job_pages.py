@@ -47,8 +47,11 @@ def test_sdk_and_cli_follow_the_cursor_through_every_page(server):
     env = {**os.environ, "RAYDOCK_URL": server.url, "COLUMNS": "200"}
     out = subprocess.run(
         [sys.executable, "-m", "service.cli", "list", "--label", "suite=a=b", "--limit", "5", "--json"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert [j["id"] for j in json.loads(out.stdout)["items"]] == mine[::-1][:5]
 

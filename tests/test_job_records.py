@@ -35,7 +35,9 @@ def test_a_submit_answers_with_the_job_as_stored(service):
     job, created = service.submit(spec)
     assert created
     assert job == service.get(job.id) == read(service, job.id)  # every field, defaults included
-    assert job.status == JobStatus.QUEUED and job.attempt == 0 and job.restarts == [] and job.created_at.tzinfo is not None
+    assert (
+        job.status == JobStatus.QUEUED and job.attempt == 0 and job.restarts == [] and job.created_at.tzinfo is not None
+    )
     assert job.labels == {"team": "vision", "tier": "gold"} and job.spec["priority"] == 2
     found = service.list(status=None, labels={"team": "vision", "tier": "gold"}, limit=10)
     assert [j.id for j in found.items] == [job.id]  # its labels are in the indexed table too

@@ -59,13 +59,31 @@ def test_keyset_pages_are_complete_and_stable_while_jobs_are_added(service):
 
 
 LABELLED = [
-    {}, {"team": "a"}, {"team": "A"}, {"team": "a", "env": "prod"}, {"team": ""}, {"env": "prod"},
-    {"team": "a b=c"}, {"k.x/y-z": "ünï"}, {"team": "a "}, {"env": "prod", "team": "b"},
-]  # fmt: skip
+    {},
+    {"team": "a"},
+    {"team": "A"},
+    {"team": "a", "env": "prod"},
+    {"team": ""},
+    {"env": "prod"},
+    {"team": "a b=c"},
+    {"k.x/y-z": "ünï"},
+    {"team": "a "},
+    {"env": "prod", "team": "b"},
+]
 FILTERS = [
-    {}, {"team": "a"}, {"team": ""}, {"team": "a", "env": "prod"}, {"team": "A"}, {"env": "prod"},
-    {"team": "a b=c"}, {"missing": "x"}, {"k.x/y-z": "ünï"}, {"team": "a "}, {"team": "%"}, {"team": "_"},
-]  # fmt: skip
+    {},
+    {"team": "a"},
+    {"team": ""},
+    {"team": "a", "env": "prod"},
+    {"team": "A"},
+    {"env": "prod"},
+    {"team": "a b=c"},
+    {"missing": "x"},
+    {"k.x/y-z": "ünï"},
+    {"team": "a "},
+    {"team": "%"},
+    {"team": "_"},
+]
 
 
 def test_label_filters_in_sql_match_the_python_semantics(service):
@@ -83,7 +101,16 @@ def test_a_cursor_not_handed_out_is_refused_with_a_code(service):
     submit(service)
     good = encode_cursor(utcnow(), "jabc")
     assert decode_cursor(good)[1] == "jabc"
-    for bad in ("garbage!", "x" * 300, "W10", "WyJ4Il0", good[:-3], "eyJhIjoxfQ", "WzEsMl0", "WyJub3QtYS1kYXRlIiwiaiJd"):
+    for bad in (
+        "garbage!",
+        "x" * 300,
+        "W10",
+        "WyJ4Il0",
+        good[:-3],
+        "eyJhIjoxfQ",
+        "WzEsMl0",
+        "WyJub3QtYS1kYXRlIiwiaiJd",
+    ):
         with pytest.raises(InvalidSpec) as err:
             service.list(status=None, labels={}, limit=5, cursor=bad)
         assert err.value.code == "invalid_cursor" and err.value.status == 422, bad
@@ -91,7 +118,11 @@ def test_a_cursor_not_handed_out_is_refused_with_a_code(service):
 
 def queue_order_in_python(service) -> list[str]:
     with service.sessions() as s:
-        rows = s.execute(select(JobRow.id, JobRow.priority, JobRow.queued_at).where(JobRow.status == "QUEUED", JobRow.submission_id.is_(None))).all()
+        rows = s.execute(
+            select(JobRow.id, JobRow.priority, JobRow.queued_at).where(
+                JobRow.status == "QUEUED", JobRow.submission_id.is_(None)
+            )
+        ).all()
     return [r.id for r in sorted(rows, key=lambda r: (-r.priority, r.queued_at, r.id))]
 
 
@@ -140,7 +171,9 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
     ids = [submit(service, name=f"t{i}") for i in range(5)]
     late = submit(service, name="late", scheduling_timeout_s=5)
     set_columns(service, late, queued_at=utcnow() - timedelta(seconds=60))
-    set_columns(service, ids[0], demand_cpus=None, demand_gpus=None, holds_cpus=None, holds_gpus=None)  # stored before 0003
+    set_columns(
+        service, ids[0], demand_cpus=None, demand_gpus=None, holds_cpus=None, holds_gpus=None
+    )  # stored before 0003
     set_columns(service, ids[1], demand_cpus=None, spec={"kind": "train", "model": {"type": "nope"}})
     monitor = Monitor(service)
     monitor.queue.admit()
@@ -174,7 +207,9 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
     newer = submit(service, name="newer")
     service.cancel(ids[0])
     monitor.queue.admit()
-    assert service.get(newer).queue_position == 4 and service.get(newer).status_reason.startswith("waiting for the Ray cluster")
+    assert service.get(newer).queue_position == 4 and service.get(newer).status_reason.startswith(
+        "waiting for the Ray cluster"
+    )
     assert [service.get(i).queue_position for i in ids[2:]] == [1, 2, 3]
 
 
@@ -183,7 +218,9 @@ def test_admission_starts_the_head_in_order_and_stops_at_the_first_that_waits():
     queued = [admission.Queued(f"j{i}", cpus, 0.0, now) for i, cpus in enumerate([1, 2, 3, 1, 1])]
     plan = admission.plan(iter(queued), (4.0, 0.0))
     assert plan.start == ["j0", "j1"]  # j2 needs 3 of the 1 left; j3 would fit but never overtakes
-    assert plan.seen == {"j0", "j1", "j2"} and plan.reasons == {"j2": "waiting for resources: needs 3 CPUs / 0 GPUs, 1 / 0 free"}
+    assert plan.seen == {"j0", "j1", "j2"} and plan.reasons == {
+        "j2": "waiting for resources: needs 3 CPUs / 0 GPUs, 1 / 0 free"
+    }
     again = admission.plan(iter([admission.Queued("j2", 3, 0.0, now, reason=plan.reasons["j2"])]), (1.0, 0.0))
     assert again.start == [] and again.reasons == {}  # unchanged reason: not rewritten
     gpu = admission.plan(iter([admission.Queued("g", 1, 1.0, now)]), (8.0, 0.0))
@@ -203,7 +240,11 @@ def test_cancel_many_cancels_queued_jobs_in_one_go_and_says_why_for_the_rest(ser
         job = service.get(job_id)
         assert job.status == JobStatus.CANCELLED and job.queue_position is None and job.finished_at is not None
     with service.sessions() as s:
-        moves = s.execute(select(TransitionRow.job_id, TransitionRow.from_status, TransitionRow.to_status).where(TransitionRow.job_id.in_(queued))).all()
+        moves = s.execute(
+            select(TransitionRow.job_id, TransitionRow.from_status, TransitionRow.to_status).where(
+                TransitionRow.job_id.in_(queued)
+            )
+        ).all()
     assert sorted(moves) == sorted((j, "QUEUED", "CANCELLED") for j in queued)
     again = service.cancel_many(queued)
     assert again.cancelled == [] and {r.code for r in again.refused} == {"job_finished"}

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -37,7 +36,9 @@ def test_rest_digits_job_learns_and_checkpoint_reproduces_accuracy(server, tmp_p
     job_id = r.json()["id"]
     assert r.json()["status"] == "QUEUED"
 
-    job = wait_for(lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j, 180, "job end")
+    job = wait_for(
+        lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j, 180, "job end"
+    )
     assert job["status"] == "SUCCEEDED", job
     assert job["attempt"] == 1
 
@@ -89,17 +90,33 @@ def test_cli_submit_follow(server, tmp_path):
     spec_file = tmp_path / "job.yaml"
     spec_file.write_text(yaml.safe_dump(digits_spec(name="cli", epochs=2)))
     env = {**os.environ, "RAYDOCK_URL": server.url}
-    run = subprocess.run([sys.executable, "-m", "service.cli", "submit", str(spec_file), "--follow"], env=env, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "submit", str(spec_file), "--follow"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     job_id = run.stdout.split()[0]
     assert f"{job_id} SUCCEEDED" in run.stdout
 
-    listed = subprocess.run([sys.executable, "-m", "service.cli", "list"], env=env, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [sys.executable, "-m", "service.cli", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert job_id in listed.stdout
-    ckpts = subprocess.run([sys.executable, "-m", "service.cli", "checkpoints", job_id, "--json"], env=env, capture_output=True, text=True, timeout=60)
+    ckpts = subprocess.run(
+        [sys.executable, "-m", "service.cli", "checkpoints", job_id, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ckpts.returncode == 0, ckpts.stderr
     assert [c["epoch"] for c in json.loads(ckpts.stdout)] == [1, 2]
-    status = subprocess.run([sys.executable, "-m", "service.cli", "status", job_id], env=env, capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        [sys.executable, "-m", "service.cli", "status", job_id], env=env, capture_output=True, text=True, timeout=60
+    )
     assert json.loads(status.stdout)["status"] == "SUCCEEDED"
 
     # Deleting a finished job removes its record and its checkpoint files.

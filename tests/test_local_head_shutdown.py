@@ -22,11 +22,22 @@ def test_the_local_head_stays_while_any_job_is_unended_and_stops_after(tmp_path)
     now = utcnow()
     set_columns(service, running, status="RUNNING", created_at=now - timedelta(days=30))
     with service.sessions.begin() as s:  # a long history, all newer than the running job
-        s.execute(insert(JobRow), [
-            {"id": f"h{i:011d}", "name": "done", "kind": "train", "status": "SUCCEEDED", "spec": {}, "labels": {},
-             "created_at": now - timedelta(seconds=i), "finished_at": now - timedelta(seconds=i)}
-            for i in range(10_001)
-        ])  # fmt: skip
+        s.execute(
+            insert(JobRow),
+            [
+                {
+                    "id": f"h{i:011d}",
+                    "name": "done",
+                    "kind": "train",
+                    "status": "SUCCEEDED",
+                    "spec": {},
+                    "labels": {},
+                    "created_at": now - timedelta(seconds=i),
+                    "finished_at": now - timedelta(seconds=i),
+                }
+                for i in range(10_001)
+            ],
+        )
     head = start_head(tmp_path / "ray", num_cpus=1)
     try:
         runtime = Runtime(service.settings, service, Monitor(service), head)

@@ -32,7 +32,9 @@ def test_a_long_log_is_read_in_pieces_across_a_restart_and_stored_whole(ray_head
     backend = RayBackend(ray_head.dashboard_url, auth_token=ray_head.auth_token())
     service = job_service(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
     job_id = submit(service)
-    sid = backend.jobs.submit_job(entrypoint=f"python -c {shlex.quote(PRINTER)}", runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}})
+    sid = backend.jobs.submit_job(
+        entrypoint=f"python -c {shlex.quote(PRINTER)}", runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}}
+    )
     set_columns(service, job_id, status="RUNNING", attempt=1, ray_job_id=sid)
 
     def offset() -> int:

@@ -19,5 +19,7 @@ def test_a_cluster_that_does_not_answer_is_logged_once_however_many_ticks_meet_i
     warnings = [r for r in caplog.records if r.name == "raydock.monitor" and r.levelno >= logging.WARNING]
     assert [r.getMessage().split(":")[0] for r in warnings] == ["cannot reconcile with Ray"]
     assert "said once until the cluster answers again" in warnings[0].getMessage()
-    assert sum(r.name == "raydock.monitor" and r.levelno == logging.DEBUG for r in caplog.records) >= 3  # still there, at debug level
+    assert (
+        sum(r.name == "raydock.monitor" and r.levelno == logging.DEBUG for r in caplog.records) >= 3
+    )  # still there, at debug level
     service.sessions.kw["bind"].dispose()

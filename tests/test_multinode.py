@@ -37,12 +37,29 @@ HEAD_ENV = {
 OBJECT_STORE = str(100 * 1024 * 1024)
 
 
-def ray_node_cmd(temp_dir: str, address: str, *, head_port: int | None = None, join: str | None = None, dashboard_port: int = 0) -> list[str]:
-    cmd = [RAY, "start", "--block", "--disable-usage-stats", f"--node-ip-address={address}", "--num-cpus=1",
-           f"--object-store-memory={OBJECT_STORE}", f"--temp-dir={temp_dir}"]  # fmt: skip
+def ray_node_cmd(
+    temp_dir: str, address: str, *, head_port: int | None = None, join: str | None = None, dashboard_port: int = 0
+) -> list[str]:
+    cmd = [
+        RAY,
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={address}",
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE}",
+        f"--temp-dir={temp_dir}",
+    ]
     if join:
         return [*cmd, f"--address={join}"]
-    return [*cmd, "--head", f"--port={head_port}", "--include-dashboard=true", "--dashboard-host=0.0.0.0", f"--dashboard-port={dashboard_port}"]
+    return [
+        *cmd,
+        "--head",
+        f"--port={head_port}",
+        "--include-dashboard=true",
+        "--dashboard-host=0.0.0.0",
+        f"--dashboard-port={dashboard_port}",
+    ]
 
 
 def gloo_env(env: dict[str, str], net: NetworkHosts, host: int) -> dict[str, str]:
@@ -67,7 +84,12 @@ def two_hosts(tmp_path_factory):
             gcs, dash = free_ports(2)  # each namespace has its own ports; these only need to differ from each other
             # Token auth with the run's own token (tests/conftest.py); a joining node sends it too.
             env = head_env(HEAD_ENV, auth_token_path=session_token_path())
-            head = net.popen(0, ray_node_cmd(temp_dirs[0], head_ip, head_port=gcs, dashboard_port=dash), env=gloo_env(env, net, 0), log=work / "head.log")
+            head = net.popen(
+                0,
+                ray_node_cmd(temp_dirs[0], head_ip, head_port=gcs, dashboard_port=dash),
+                env=gloo_env(env, net, 0),
+                log=work / "head.log",
+            )
             dashboard = f"http://{head_ip}:{dash}"
             backend = RayBackend(dashboard)
             worker = None
@@ -75,19 +97,34 @@ def two_hosts(tmp_path_factory):
             def alive_nodes() -> list:
                 for proc, log in ((head, "head.log"), (worker, "worker.log")):
                     if proc is not None and proc.poll() is not None:
-                        raise RuntimeError(f"ray start exited with {proc.returncode}: {(work / log).read_text()[-2000:]}")
+                        raise RuntimeError(
+                            f"ray start exited with {proc.returncode}: {(work / log).read_text()[-2000:]}"
+                        )
                 try:
                     return [n for n in backend.cluster_info().nodes if n.alive]
                 except (ClusterUnavailable, KeyError, TypeError):
                     return []
 
             wait_for(lambda: alive_nodes(), 240, "the head node on its host")
-            worker = net.popen(1, ray_node_cmd(temp_dirs[1], worker_ip, join=f"{head_ip}:{gcs}"), env=gloo_env(env, net, 1), log=work / "worker.log")
+            worker = net.popen(
+                1,
+                ray_node_cmd(temp_dirs[1], worker_ip, join=f"{head_ip}:{gcs}"),
+                env=gloo_env(env, net, 1),
+                log=work / "worker.log",
+            )
             wait_for(lambda: len(alive_nodes()) == 2, 240, "the worker node to join")
             # A restart right after the loss may be sized for the lost node (Ray has not yet
             # marked it dead); its start then times out and the next one fits the head.
-            server = ServerProcess(work / "server", dashboard, extra_env={"RAYDOCK_WORKER_START_TIMEOUT_S": "20"}).start()
-            yield {"net": net, "server": server, "head_ip": head_ip, "worker_ip": worker_ip, "worker_session": worker.pid}
+            server = ServerProcess(
+                work / "server", dashboard, extra_env={"RAYDOCK_WORKER_START_TIMEOUT_S": "20"}
+            ).start()
+            yield {
+                "net": net,
+                "server": server,
+                "head_ip": head_ip,
+                "worker_ip": worker_ip,
+                "worker_session": worker.pid,
+            }
         finally:
             if server is not None:
                 server.stop()
@@ -122,7 +159,11 @@ def test_elastic_job_spans_two_hosts_and_continues_on_the_head_when_one_is_lost(
     net.kill_host_processes(two_hosts["worker_session"])  # SIGKILL every Ray process of the worker host
     lost_at = time.time()
 
-    job = wait_for(lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j, 300, "the job to end")
+    job = wait_for(
+        lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j,
+        300,
+        "the job to end",
+    )
     assert job["status"] == "SUCCEEDED", job
     after = [g for g in groups() if g["ts"] > lost_at]
     assert after and all(g["world_size"] == 1 and [n["ip"] for n in g["nodes"]] == [head_ip] for g in after), groups()

@@ -84,16 +84,25 @@ def test_schemathesis_finds_no_mismatch(contract_server, tmp_path):
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     cmd = [
-        str(Path(sys.executable).with_name("schemathesis")), "--config-file", str(config),
-        "run", f"{contract_server.url}/openapi.json",
-        "--checks", "all",
-        "--phases", "examples,coverage,fuzzing,stateful",
-        "--max-examples", "12",
-        "--workers", "1",
-        "--seed", "20",
-        "--request-timeout", "20",
+        str(Path(sys.executable).with_name("schemathesis")),
+        "--config-file",
+        str(config),
+        "run",
+        f"{contract_server.url}/openapi.json",
+        "--checks",
+        "all",
+        "--phases",
+        "examples,coverage,fuzzing,stateful",
+        "--max-examples",
+        "12",
+        "--workers",
+        "1",
+        "--seed",
+        "20",
+        "--request-timeout",
+        "20",
         "--no-color",
-    ]  # fmt: skip
+    ]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), "NO_COLOR": "1"}
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480)
     report = run.stdout + run.stderr

@@ -31,9 +31,17 @@ def service(database_url, tmp_path):
 def history(service) -> dict[str, str]:
     """Jobs in every state, each with a file under its storage prefix and rows of its own."""
     now = utcnow()
-    finished_days_ago = {"old_ok": ("SUCCEEDED", 10), "old_failed": ("FAILED", 8), "old_cancelled": ("CANCELLED", 30),
-                         "recent_ok": ("SUCCEEDED", 1), "recent_failed": ("FAILED", 2)}  # fmt: skip
-    jobs = {name: submit(service, name=name, labels={"who": name}) for name in [*finished_days_ago, "running", "queued", "resumed"]}
+    finished_days_ago = {
+        "old_ok": ("SUCCEEDED", 10),
+        "old_failed": ("FAILED", 8),
+        "old_cancelled": ("CANCELLED", 30),
+        "recent_ok": ("SUCCEEDED", 1),
+        "recent_failed": ("FAILED", 2),
+    }
+    jobs = {
+        name: submit(service, name=name, labels={"who": name})
+        for name in [*finished_days_ago, "running", "queued", "resumed"]
+    }
     for name, (status, days) in finished_days_ago.items():
         set_columns(service, jobs[name], status=status, finished_at=now - timedelta(days=days))
     # Not finished, whatever their finished_at says (a resumed job keeps its old one until it ends again).
@@ -55,7 +63,8 @@ def remaining(service) -> set[str]:
 def rows_of(service, job_ids: list[str]) -> int:
     with service.sessions() as s:
         return sum(
-            s.scalar(select(func.count()).select_from(t).where(t.job_id.in_(job_ids))) for t in (CheckpointRow, TransitionRow, JobLabelRow)
+            s.scalar(select(func.count()).select_from(t).where(t.job_id.in_(job_ids)))
+            for t in (CheckpointRow, TransitionRow, JobLabelRow)
         )
 
 
@@ -88,7 +97,9 @@ def test_retention_by_count_keeps_the_newest_finished_and_never_touches_active_j
     keep_one = Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=1))
     assert keep_one.sweep() == 4
     assert remaining(service) == {newest_two[1], jobs["running"], jobs["queued"], jobs["resumed"]}
-    assert Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=0, days=1)).sweep() == 1
+    assert (
+        Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=0, days=1)).sweep() == 1
+    )
     assert remaining(service) == {jobs["running"], jobs["queued"], jobs["resumed"]}
 
 
@@ -108,7 +119,9 @@ def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):
     env.pop("RAYDOCK_DATABASE_URL", None), env.pop("RAYDOCK_STORAGE_PATH", None)
 
     def gc(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "service.cli", "gc", *args], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", "gc", *args], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -141,10 +154,18 @@ def test_ray_records_of_deleted_jobs_go_once_the_cluster_answers_and_never_hold_
     old_attempts = [ray_job(old, 1), ray_job(old, 2)]
     kept = [ray_job(recent, 1), ray_job(old, 1, store="rd-another-store")]
     deadline = time.monotonic() + 120
-    while any(ray.state(sid).status in ("PENDING", "RUNNING") for sid in old_attempts + kept) and time.monotonic() < deadline:
+    while (
+        any(ray.state(sid).status in ("PENDING", "RUNNING") for sid in old_attempts + kept)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
 
-    cut_off = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7), ray=RayBackend(dead_ray(), timeout_s=2))
+    cut_off = Retention(
+        service.sessions,
+        service.settings.resolved_storage_path,
+        Policy(days=7),
+        ray=RayBackend(dead_ray(), timeout_s=2),
+    )
     t0 = time.monotonic()
     assert cut_off.sweep() == 1 and time.monotonic() - t0 < 30
     assert remaining(service) == {recent} and cut_off.ray_records == RayRecords(unreachable=True)

@@ -25,11 +25,13 @@ def own_head_server(tmp_path_factory):
     data = tmp_path_factory.mktemp("secrets") / "data"
     db_url = f"sqlite:///{data / 'raydock.db'}"
     server = ServerProcess(
-        data, None, token=API_TOKEN,
+        data,
+        None,
+        token=API_TOKEN,
         # The run's own Ray token (tests/conftest.py) is not this server's: it makes one.
         unset_env=("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"),
         extra_env={"RAYDOCK_LOCAL_NUM_CPUS": "1", "RAYDOCK_DATABASE_URL": db_url, "AWS_SECRET_ACCESS_KEY": CLOUD_KEY},
-    )  # fmt: skip
+    )
     head: LocalHead | None = None
     try:
         server.start(timeout=240)

@@ -77,10 +77,19 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
             )
         )
         rows = [
-            {"seq": i, "ts": float(i), "values": json.dumps({"loss": ((i * 7919) % 1000) / 7.0, "step": i, "tag": "x", "ok": True})}
+            {
+                "seq": i,
+                "ts": float(i),
+                "values": json.dumps({"loss": ((i * 7919) % 1000) / 7.0, "step": i, "tag": "x", "ok": True}),
+            }
             for i in range(n)
         ]
-        conn.execute(text("INSERT INTO metrics (job_id, attempt, src_seq, seq, ts, \"values\") VALUES ('j1', 1, :seq, :seq, :ts, :values)"), rows)
+        conn.execute(
+            text(
+                "INSERT INTO metrics (job_id, attempt, src_seq, seq, ts, \"values\") VALUES ('j1', 1, :seq, :seq, :ts, :values)"
+            ),
+            rows,
+        )
     old.dispose()
 
     engine = make_engine(url)  # upgrades to the newest revision, rolling up the stored series
@@ -88,7 +97,9 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
         assert conn.execute(text("SELECT count(*) FROM metric_rollups WHERE job_id = 'j1'")).scalar() > n // 16
     with make_sessionmaker(engine)() as s:
         for since, max_points in ((-1, 2), (-1, 7), (-1, 300), (4321, 40)):
-            assert series.downsample(s, "j1", since, max_points) == series._downsample_here(s, "j1", since, max_points, n - 1)
+            assert series.downsample(s, "j1", since, max_points) == series._downsample_here(
+                s, "j1", since, max_points, n - 1
+            )
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0003")

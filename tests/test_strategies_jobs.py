@@ -17,9 +17,9 @@ import torch
 from api.schemas import GPTModel, TextData
 from tests.conftest import digits_spec, user_spec
 from tests.test_jobs import wait_for
-from trainers.models.gpt import build_gpt, lm_loss
-from trainers.lm_loop import gpt_config
 from trainers.data.text import batch_at, grammar_dataset
+from trainers.lm_loop import gpt_config
+from trainers.models.gpt import build_gpt, lm_loss
 
 GPT = {"type": "gpt", "n_layer": 2, "n_head": 2, "d_model": 32, "seq_len": 16}
 TEXT = {"source": "text", "n_chars": 16 * 1024, "val_batches": 2}
@@ -70,22 +70,39 @@ def checkpoint_val_loss(http: httpx.Client, job: dict, tmp_path, data_replicas: 
     val = grammar_dataset(seq_len=model.config.seq_len, n_chars=text.n_chars, seed=spec["seed"], split="val")
     global_batch = spec["batch_size"] * data_replicas
     with torch.no_grad():
-        losses = [lm_loss(model(x), y).item() for x, y in (batch_at(val, i, global_batch, seed=spec["seed"]) for i in range(text.val_batches))]
+        losses = [
+            lm_loss(model(x), y).item()
+            for x, y in (batch_at(val, i, global_batch, seed=spec["seed"]) for i in range(text.val_batches))
+        ]
     return sum(losses) / len(losses)
 
 
 STRATEGIES = [
     # (id, parallelism, workers, data replicas, does gradient sync cross workers)
-    ("ddp-accumulation-bf16-compression", {"strategy": "ddp", "grad_accumulation_steps": 2, "grad_compression": "bf16"}, 2, 2, True),
+    (
+        "ddp-accumulation-bf16-compression",
+        {"strategy": "ddp", "grad_accumulation_steps": 2, "grad_compression": "bf16"},
+        2,
+        2,
+        True,
+    ),
     ("fsdp", {"strategy": "fsdp"}, 2, 2, True),
     ("tensor", {"strategy": "tensor", "tensor_degree": 2}, 2, 1, False),
-    ("pipeline-gpipe", {"strategy": "pipeline", "pipeline": {"stages": 2, "microbatches": 2, "schedule": "gpipe"}}, 2, 1, False),
+    (
+        "pipeline-gpipe",
+        {"strategy": "pipeline", "pipeline": {"stages": 2, "microbatches": 2, "schedule": "gpipe"}},
+        2,
+        1,
+        False,
+    ),
     ("hybrid-data2-tensor2", {"strategy": "hybrid", "mesh": {"data": 2, "tensor": 2}}, 4, 2, True),
 ]
 
 
 @pytest.mark.parametrize("what,parallelism,workers,replicas,syncs", STRATEGIES, ids=[s[0] for s in STRATEGIES])
-def test_strategy_job_trains_and_its_checkpoint_reproduces_val_loss(server, tmp_path, what, parallelism, workers, replicas, syncs):
+def test_strategy_job_trains_and_its_checkpoint_reproduces_val_loss(
+    server, tmp_path, what, parallelism, workers, replicas, syncs
+):
     http = httpx.Client(base_url=server.url, timeout=30)
     job, series = run_job(http, gpt_spec(f"gpt-{what}", parallelism, scaling={"num_workers": workers}))
 
@@ -129,17 +146,49 @@ def bad_gpt(parallelism: dict, **overrides) -> dict:
 
 
 BAD = [
-    ("more stages than layers", bad_gpt({"strategy": "pipeline", "pipeline": {"stages": 2, "microbatches": 2}}, model={**GPT, "n_layer": 1}), "parallelism.pipeline.stages"),
-    ("tensor degree not dividing heads", bad_gpt({"strategy": "tensor", "tensor_degree": 2}, model={**GPT, "n_head": 3, "d_model": 48}), "parallelism.tensor_degree"),
-    ("mesh product is not num_workers", bad_gpt({"strategy": "hybrid", "mesh": {"data": 2, "tensor": 2}}), "parallelism.mesh"),
+    (
+        "more stages than layers",
+        bad_gpt({"strategy": "pipeline", "pipeline": {"stages": 2, "microbatches": 2}}, model={**GPT, "n_layer": 1}),
+        "parallelism.pipeline.stages",
+    ),
+    (
+        "tensor degree not dividing heads",
+        bad_gpt({"strategy": "tensor", "tensor_degree": 2}, model={**GPT, "n_head": 3, "d_model": 48}),
+        "parallelism.tensor_degree",
+    ),
+    (
+        "mesh product is not num_workers",
+        bad_gpt({"strategy": "hybrid", "mesh": {"data": 2, "tensor": 2}}),
+        "parallelism.mesh",
+    ),
     ("fp16 without a GPU", bad_gpt({"strategy": "ddp", "precision": "fp16"}), "parallelism.precision"),
-    ("user code with tensor", user_spec("userpkg.steps:train", parallelism={"strategy": "tensor"}), "parallelism.strategy"),
+    (
+        "user code with tensor",
+        user_spec("userpkg.steps:train", parallelism={"strategy": "tensor"}),
+        "parallelism.strategy",
+    ),
     ("mlp with pipeline", digits_spec(parallelism={"strategy": "pipeline"}), "parallelism.strategy"),
     ("parameter server for the gpt", bad_gpt({"strategy": "parameter_server"}), "parallelism.strategy"),
-    ("staleness in sync mode", digits_spec(parallelism={"strategy": "parameter_server", "parameter_server": {"mode": "sync", "staleness": 2}}), "parallelism.parameter_server.staleness"),
-    ("microbatches not dividing the batch", bad_gpt({"strategy": "pipeline", "pipeline": {"microbatches": 3, "schedule": "gpipe"}}), "parallelism.pipeline.microbatches"),
-    ("accumulation not dividing the batch", bad_gpt({"strategy": "ddp", "grad_accumulation_steps": 3}), "parallelism.grad_accumulation_steps"),
-    ("compression outside ddp", bad_gpt({"strategy": "fsdp", "grad_compression": "powersgd"}), "parallelism.grad_compression"),
+    (
+        "staleness in sync mode",
+        digits_spec(parallelism={"strategy": "parameter_server", "parameter_server": {"mode": "sync", "staleness": 2}}),
+        "parallelism.parameter_server.staleness",
+    ),
+    (
+        "microbatches not dividing the batch",
+        bad_gpt({"strategy": "pipeline", "pipeline": {"microbatches": 3, "schedule": "gpipe"}}),
+        "parallelism.pipeline.microbatches",
+    ),
+    (
+        "accumulation not dividing the batch",
+        bad_gpt({"strategy": "ddp", "grad_accumulation_steps": 3}),
+        "parallelism.grad_accumulation_steps",
+    ),
+    (
+        "compression outside ddp",
+        bad_gpt({"strategy": "fsdp", "grad_compression": "powersgd"}),
+        "parallelism.grad_compression",
+    ),
     ("gpt on digits", bad_gpt({}, data={"source": "digits"}), "data.source"),
     ("heads not dividing the width", bad_gpt({}, model={**GPT, "n_head": 3}), "model.d_model"),
     ("corpus smaller than a batch", bad_gpt({}, data={"source": "text", "n_chars": 2048}), "data.n_chars"),

@@ -78,7 +78,11 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
         if not after:
             continue  # the clone ended with the search before its next report
         first = after[0]
-        donor = [p for p in job.trial_metrics(exploit.donor_trial_id) if p.seq < exploit.seq and p.epoch == exploit.donor_time]
+        donor = [
+            p
+            for p in job.trial_metrics(exploit.donor_trial_id)
+            if p.seq < exploit.seq and p.epoch == exploit.donor_time
+        ]
         # Not from scratch: the epoch and step counters go on from the donor's checkpoint,
         # and so does the accuracy (one epoch from scratch scores far lower here).
         assert first.epoch == exploit.donor_time + 1
@@ -98,14 +102,20 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
     assert job.info.latest_metrics["trial_id"] == best.trial_id
 
     env = {**os.environ, "RAYDOCK_URL": server.url, "COLUMNS": "250"}  # wide enough that rich wraps nothing
-    cli = subprocess.run([sys.executable, "-m", "service.cli", "trials", job.id], env=env, capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [sys.executable, "-m", "service.cli", "trials", job.id], env=env, capture_output=True, text=True, timeout=60
+    )
     assert cli.returncode == 0, cli.stderr
     assert all(t.trial_id in cli.stdout for t in trials)
     assert f"cloned {lineage[0].donor_trial_id}" in cli.stdout and f"best: {best.trial_id}" in cli.stdout
 
     # Replay: the best trial as one training job, with the values of its lineage by epoch.
     replay = subprocess.run(
-        [sys.executable, "-m", "service.cli", "trials", job.id, "--replay"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "service.cli", "trials", job.id, "--replay"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert replay.returncode == 0, replay.stderr
     spec = yaml.safe_load(replay.stdout)
@@ -190,11 +200,19 @@ def test_grid_search_over_user_code_runs_exactly_the_grid(client: Client):
 
 
 def test_cancel_stops_every_trial_and_frees_the_cluster(client: Client, ray_head):
-    base = user_spec("userpkg.steps:train", config={"steps": 100_000, "sleep_s": 0.2}, scaling={"num_workers": 1, "cpus_per_worker": 0.5})
+    base = user_spec(
+        "userpkg.steps:train",
+        config={"steps": 100_000, "sleep_s": 0.2},
+        scaling={"num_workers": 1, "cpus_per_worker": 0.5},
+    )
     spec = search(
-        base=base, search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
-        metric="loss", mode="min", num_trials=2, budget={"steps": 100_000},
-    )  # fmt: skip
+        base=base,
+        search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
+        metric="loss",
+        mode="min",
+        num_trials=2,
+        budget={"steps": 100_000},
+    )
     job = client.submit(spec)
     wait_for(lambda: sum(t.reports > 0 for t in job.trials()) == 2, 240, "both trials to report")
     assert client.cluster().cpus_free <= CLUSTER_CPUS - 2
@@ -203,13 +221,20 @@ def test_cancel_stops_every_trial_and_frees_the_cluster(client: Client, ray_head
     assert job.status.value == "CANCELLED"
     assert {t.status for t in job.trials()} == {"CANCELLED"}
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
-    dashboard = httpx.Client(base_url=ray_head.dashboard_url, headers={"Authorization": f"Bearer {ray_auth_token()}"}, timeout=30)
+    dashboard = httpx.Client(
+        base_url=ray_head.dashboard_url, headers={"Authorization": f"Bearer {ray_auth_token()}"}, timeout=30
+    )
 
     def leftovers() -> list:
         pgs = dashboard.get("/api/v0/placement_groups", params={"limit": 10_000}).json()["data"]["result"]["result"]
         actors = dashboard.get("/api/v0/actors", params={"limit": 10_000}).json()["data"]["result"]["result"]
         live_pgs = [p for p in pgs if p["state"] != "REMOVED"]
-        trial_actors = [a for a in actors if a["state"] == "ALIVE" and a["class_name"] in ("RayTrainWorker", "TrainController", "ImplicitFunc", "run_trial")]
+        trial_actors = [
+            a
+            for a in actors
+            if a["state"] == "ALIVE"
+            and a["class_name"] in ("RayTrainWorker", "TrainController", "ImplicitFunc", "run_trial")
+        ]
         return live_pgs + trial_actors
 
     wait_for(lambda: not leftovers(), 60, "placement groups and trial actors to go")
@@ -223,15 +248,44 @@ def bad_search(**changes) -> dict:
 
 
 BAD = [
-    ("path not in the spec", bad_search(search_space={"optimizer.learning_rate": {"type": "uniform", "low": 0.01, "high": 0.1}}), "invalid_spec", "optimizer.learning_rate: not a field of the base spec; optimizer has: lr, momentum"),
+    (
+        "path not in the spec",
+        bad_search(search_space={"optimizer.learning_rate": {"type": "uniform", "low": 0.01, "high": 0.1}}),
+        "invalid_spec",
+        "optimizer.learning_rate: not a field of the base spec; optimizer has: lr, momentum",
+    ),
     ("empty space", bad_search(search_space={}), "invalid_spec", "search space is empty"),
-    ("population too small for PBT", bad_search(algorithm="pbt", num_trials=3), "invalid_spec", "population of 3 is too small for PBT"),
+    (
+        "population too small for PBT",
+        bad_search(algorithm="pbt", num_trials=3),
+        "invalid_spec",
+        "population of 3 is too small for PBT",
+    ),
     ("mode not min/max", bad_search(mode="maximize"), "invalid_spec", "mode: Input should be 'min' or 'max'"),
-    ("value out of the field's range", bad_search(search_space={"optimizer.lr": {"type": "uniform", "low": 0.1, "high": 20}}), "invalid_spec", "value 20.0 gives an invalid trial spec"),
-    ("resources are not searchable", bad_search(search_space={"scaling.num_workers": {"type": "choice", "values": [1, 2]}}), "invalid_spec", "set base.scaling"),
+    (
+        "value out of the field's range",
+        bad_search(search_space={"optimizer.lr": {"type": "uniform", "low": 0.1, "high": 20}}),
+        "invalid_spec",
+        "value 20.0 gives an invalid trial spec",
+    ),
+    (
+        "resources are not searchable",
+        bad_search(search_space={"scaling.num_workers": {"type": "choice", "values": [1, 2]}}),
+        "invalid_spec",
+        "set base.scaling",
+    ),
     ("unknown kind", {**bad_search(), "kind": "sweep"}, "invalid_spec", "kind must be train (the default) or tune"),
     ("bad base field", bad_search(base={**BASE, "batch_size": "large"}), "invalid_spec", "base.batch_size"),
-    ("budget the cluster cannot hold", bad_search(max_concurrent_trials=4, driver_cpus_per_trial=1, base={**BASE, "scaling": {"num_workers": 1, "cpus_per_worker": 1}}), "exceeds_cluster_capacity", "Lower max_concurrent_trials to 2"),
+    (
+        "budget the cluster cannot hold",
+        bad_search(
+            max_concurrent_trials=4,
+            driver_cpus_per_trial=1,
+            base={**BASE, "scaling": {"num_workers": 1, "cpus_per_worker": 1}},
+        ),
+        "exceeds_cluster_capacity",
+        "Lower max_concurrent_trials to 2",
+    ),
 ]
 
 
@@ -249,7 +303,9 @@ def test_bad_search_is_refused_and_not_stored(server, what, body, code, hint):
 
 def test_sdk_raises_capacity_error_for_a_search(client: Client):
     with pytest.raises(CapacityExceeded) as excinfo:
-        client.submit(search(max_concurrent_trials=4, base={**BASE, "scaling": {"num_workers": 2, "cpus_per_worker": 1}}))
+        client.submit(
+            search(max_concurrent_trials=4, base={**BASE, "scaling": {"num_workers": 2, "cpus_per_worker": 1}})
+        )
     assert "max_concurrent_trials" in excinfo.value.message
 
 
@@ -257,10 +313,15 @@ def test_bayesian_search_suggests_values_inside_the_space():
     from api.schemas import parse_job_spec
     from tuning.search import param_space, searcher
 
-    spec = parse_job_spec(search(
-        algorithm="bayesian",
-        search_space={"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}, "batch_size": {"type": "choice", "values": [32, 64]}},
-    ))  # fmt: skip
+    spec = parse_job_spec(
+        search(
+            algorithm="bayesian",
+            search_space={
+                "optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5},
+                "batch_size": {"type": "choice", "values": [32, 64]},
+            },
+        )
+    )
     optuna = searcher(spec)
     optuna.set_search_properties(spec.metric, spec.mode, param_space(spec))
     for i in range(3):

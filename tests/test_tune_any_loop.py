@@ -26,9 +26,13 @@ def linear_search(**overrides) -> dict:
         "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
     }
     spec = search(
-        base=base, search_space={"config.lr": {"type": "loguniform", "low": 0.0001, "high": 0.05}},
-        metric="loss", mode="min", num_trials=2, budget=None,
-    )  # fmt: skip
+        base=base,
+        search_space={"config.lr": {"type": "loguniform", "low": 0.0001, "high": 0.05}},
+        metric="loss",
+        mode="min",
+        num_trials=2,
+        budget=None,
+    )
     spec.pop("budget")
     spec.update(overrides)
     return spec
@@ -62,7 +66,13 @@ def test_pbt_over_rays_example_loop_without_a_budget(client: Client):
 
 def test_a_failing_trial_reads_as_the_users_exception(client: Client):
     base = user_spec("userpkg.boom:train", config={"lr": 0.5}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
-    spec = search(base=base, search_space={"config.lr": {"type": "choice", "values": [7]}}, metric="loss", mode="min", num_trials=1)
+    spec = search(
+        base=base,
+        search_space={"config.lr": {"type": "choice", "values": [7]}},
+        metric="loss",
+        mode="min",
+        num_trials=1,
+    )
     spec.pop("budget")
     job = client.submit(spec)
     job.wait(timeout=180)
@@ -83,13 +93,23 @@ slow = pytest.mark.skipif(not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow
 
 @slow
 def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(client: Client):
-    base = user_spec("userpkg.ckpt_steps:train", config={"steps": 40, "every": 2, "sleep_s": 0.3}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
+    base = user_spec(
+        "userpkg.ckpt_steps:train",
+        config={"steps": 40, "every": 2, "sleep_s": 0.3},
+        scaling={"num_workers": 1, "cpus_per_worker": 0.25},
+    )
     spec = search(
-        base=base, search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
-        metric="loss", mode="min", num_trials=2, budget={"steps": 40},
-    )  # fmt: skip
+        base=base,
+        search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
+        metric="loss",
+        mode="min",
+        num_trials=2,
+        budget={"steps": 40},
+    )
     job = client.submit(spec)
-    wait_for(lambda: all(t.reports >= 6 for t in job.trials()) and len(job.trials()) == 2, 240, "both trials to checkpoint")
+    wait_for(
+        lambda: all(t.reports >= 6 for t in job.trials()) and len(job.trials()) == 2, 240, "both trials to checkpoint"
+    )
     job.cancel()
     wait_for(lambda: job.refresh().status.is_terminal(), 90, "cancel to finish")
     assert job.status.value == "CANCELLED"
@@ -105,7 +125,7 @@ def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(clien
     for t in trials:
         series = job.trial_metrics(t.trial_id)
         first_run = before[t.trial_id]
-        resumed = series[len(first_run):]
+        resumed = series[len(first_run) :]
         assert resumed, t.trial_id
         # Continued from a checkpoint of the first attempt, not from scratch.
         assert resumed[0].metrics["resumed_from"] >= 2

@@ -55,7 +55,11 @@ def policy_server(ray_head, tmp_path_factory):
     base = tmp_path_factory.mktemp("policy")
     root = base / "code"
     make_code_root(root)
-    env = {"RAYDOCK_CODE_ROOT": str(root), "RAYDOCK_CODE_MAX_FILES": str(MAX_FILES), "RAYDOCK_CODE_MAX_BYTES": str(MAX_BYTES)}
+    env = {
+        "RAYDOCK_CODE_ROOT": str(root),
+        "RAYDOCK_CODE_MAX_FILES": str(MAX_FILES),
+        "RAYDOCK_CODE_MAX_BYTES": str(MAX_BYTES),
+    }
     server = ServerProcess(base / "server", ray_head.dashboard_url, extra_env=env).start()
     yield server, root
     server.stop()
@@ -70,19 +74,64 @@ def spec(root: Path, entrypoint: str = "tripwire.train:train", **overrides) -> d
 CASES = [
     ("the server's root directory", dict(working_dir="/"), "working_dir_not_found", "code root"),
     ("a path that climbs out of the root", dict(working_dir="app/../../.."), "working_dir_not_found", "code root"),
-    ("the server's ~/.ssh as py_modules", dict(runtime_env={"py_modules": ["~/.ssh"]}), "py_module_not_found", "code root"),
+    (
+        "the server's ~/.ssh as py_modules",
+        dict(runtime_env={"py_modules": ["~/.ssh"]}),
+        "py_module_not_found",
+        "code root",
+    ),
     ("a server path as py_modules", dict(runtime_env={"py_modules": ["/etc"]}), "py_module_not_found", "/etc"),
-    ("a file URI as py_modules", dict(runtime_env={"py_modules": ["file:///etc"]}), "py_module_not_found", "file:///etc"),
-    ("a runtime_env key not on the list", dict(runtime_env={"conda": {"dependencies": ["numpy"]}}), "runtime_env_key_not_allowed", "conda"),
-    ("working_dir inside runtime_env", dict(runtime_env={"working_dir": "/"}), "runtime_env_key_not_allowed", "top-level `working_dir`"),
-    ("a RAYDOCK_* variable", dict(runtime_env={"env_vars": {"RAYDOCK_EVENTS_URL": "http://evil"}}), "env_var_not_allowed", "RAYDOCK_EVENTS_URL"),
-    ("a RAY_* variable", dict(runtime_env={"env_vars": {"RAY_ADDRESS": "10.0.0.1:6379"}}), "env_var_not_allowed", "RAY_ADDRESS"),
-    ("a requirements file on the server", dict(runtime_env={"pip": "/etc/requirements.txt"}), "runtime_env_invalid", "list of requirement"),
-    ("an installer option", dict(runtime_env={"pip": ["--index-url=http://evil/simple", "numpy"]}), "runtime_env_invalid", "--index-url"),
+    (
+        "a file URI as py_modules",
+        dict(runtime_env={"py_modules": ["file:///etc"]}),
+        "py_module_not_found",
+        "file:///etc",
+    ),
+    (
+        "a runtime_env key not on the list",
+        dict(runtime_env={"conda": {"dependencies": ["numpy"]}}),
+        "runtime_env_key_not_allowed",
+        "conda",
+    ),
+    (
+        "working_dir inside runtime_env",
+        dict(runtime_env={"working_dir": "/"}),
+        "runtime_env_key_not_allowed",
+        "top-level `working_dir`",
+    ),
+    (
+        "a RAYDOCK_* variable",
+        dict(runtime_env={"env_vars": {"RAYDOCK_EVENTS_URL": "http://evil"}}),
+        "env_var_not_allowed",
+        "RAYDOCK_EVENTS_URL",
+    ),
+    (
+        "a RAY_* variable",
+        dict(runtime_env={"env_vars": {"RAY_ADDRESS": "10.0.0.1:6379"}}),
+        "env_var_not_allowed",
+        "RAY_ADDRESS",
+    ),
+    (
+        "a requirements file on the server",
+        dict(runtime_env={"pip": "/etc/requirements.txt"}),
+        "runtime_env_invalid",
+        "list of requirement",
+    ),
+    (
+        "an installer option",
+        dict(runtime_env={"pip": ["--index-url=http://evil/simple", "numpy"]}),
+        "runtime_env_invalid",
+        "--index-url",
+    ),
     ("a link out of the code root", dict(working_dir="linked"), "code_link_outside_root", "secrets"),
     ("too many files", dict(working_dir="many"), "code_too_large", "RAYDOCK_CODE_MAX_FILES"),
     ("too many bytes", dict(working_dir="big"), "code_too_large", "big/weights.bin"),
-    ("caps count py_modules too", dict(runtime_env={"py_modules": ["big"]}), "code_too_large", "RAYDOCK_CODE_MAX_BYTES"),
+    (
+        "caps count py_modules too",
+        dict(runtime_env={"py_modules": ["big"]}),
+        "code_too_large",
+        "RAYDOCK_CODE_MAX_BYTES",
+    ),
 ]
 
 
@@ -104,7 +153,9 @@ def test_excluded_files_do_not_count(policy_server):
     """What Ray leaves out (runtime_env.excludes) is not held against the caps: the
     check gets past the tree to the entrypoint, which is what refuses."""
     server, root = policy_server
-    r = httpx.post(f"{server.url}/v1/jobs", json=spec(root, "nothere:f", working_dir="big", runtime_env={"excludes": ["*.bin"]}))
+    r = httpx.post(
+        f"{server.url}/v1/jobs", json=spec(root, "nothere:f", working_dir="big", runtime_env={"excludes": ["*.bin"]})
+    )
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "entrypoint_not_found"
 

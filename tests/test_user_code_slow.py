@@ -25,7 +25,9 @@ from api.client import Client
 from tests.servers import REPO, ServerProcess
 from tests.test_user_code_upload import write_user_code
 
-pytestmark = pytest.mark.skipif(not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow user-code test; set RAYDOCK_SLOW_TESTS=1")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow user-code test; set RAYDOCK_SLOW_TESTS=1"
+)
 
 WHERE_LOOP = '''\
 """Reports where raydock's packages and the user's came from in this Train worker."""
@@ -40,14 +42,14 @@ def main(config):
     ray.train.report({"step": 1, "who": api.WHO, "user_api": api.__file__, "raydock_trainers": sys.modules["trainers"].__file__})
 '''
 
-PIP_LOOP = '''\
+PIP_LOOP = """\
 import ray.train
 import text_unidecode
 
 
 def main(config):
     ray.train.report({"step": 1, "unidecoded": text_unidecode.unidecode("ÄÖ")})
-'''
+"""
 
 PBT_LOOP = '''\
 """A one-weight loop that checkpoints every step and resumes from a checkpoint (PBT clones)."""
@@ -90,26 +92,57 @@ def regular_install(venv: Path) -> str:
     this environment's, on the path after it); returns its Python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     src = venv.parent / "src"  # a copy, so the build leaves nothing in the checkout
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "tests"))
+    shutil.copytree(
+        REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "tests")
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(site), str(src)],
-        check=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(src),
+        ],
+        check=True,
+        timeout=300,
+    )
     (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (venv / "bin" / "ray").write_text(f"#!{python}\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n")
+    (venv / "bin" / "ray").write_text(
+        f"#!{python}\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n"
+    )
     (venv / "bin" / "ray").chmod(0o755)
     return str(python)
 
 
 def test_regular_install_keeps_raydock_and_the_user_apart(tmp_path):
     python = regular_install(tmp_path / "venv")
-    where = subprocess.run([python, "-c", "import api, trainers; print(api.__file__)"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [python, "-c", "import api, trainers; print(api.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert str(tmp_path / "venv") in where.stdout  # the wheel, not the checkout
     (tmp_path / "cwd").mkdir()
     env = {"RAYDOCK_CODE_ROOT": "", "RAYDOCK_LOCAL_NUM_CPUS": "2"}
-    server = ServerProcess(tmp_path / "data", None, extra_env=env, cwd=tmp_path / "cwd", python=python).start(timeout=120)
+    server = ServerProcess(tmp_path / "data", None, extra_env=env, cwd=tmp_path / "cwd", python=python).start(
+        timeout=120
+    )
     try:
         spec_file = project(tmp_path / "project", WHERE_LOOP)
         with Client(server.url) as client:
@@ -141,11 +174,20 @@ def test_pbt_search_over_uploaded_code(client: Client, tmp_path):
     base.pop("name")
     base.update(config={"steps": 6, "lr": 0.1}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
     spec = {
-        "kind": "tune", "name": "pbt-uploaded", "base": base,
+        "kind": "tune",
+        "name": "pbt-uploaded",
+        "base": base,
         "search_space": {"config.lr": {"type": "uniform", "low": 0.02, "high": 0.5}},
-        "algorithm": "pbt", "pbt": {"perturbation_interval": 2}, "metric": "loss", "mode": "min",
-        "num_trials": 4, "max_concurrent_trials": 4, "budget": {"steps": 6}, "driver_cpus_per_trial": 0.5, "seed": 3,
-    }  # fmt: skip
+        "algorithm": "pbt",
+        "pbt": {"perturbation_interval": 2},
+        "metric": "loss",
+        "mode": "min",
+        "num_trials": 4,
+        "max_concurrent_trials": 4,
+        "budget": {"steps": 6},
+        "driver_cpus_per_trial": 0.5,
+        "seed": 3,
+    }
     job = client.submit(spec, base_dir=spec_file.parent)
     shutil.rmtree(spec_file.parent)
     upload = client.last_upload

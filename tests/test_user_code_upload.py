@@ -53,9 +53,12 @@ def write_user_code(root: Path, steps: int = 3) -> Path:
     (code / "__pycache__").mkdir()
     (code / "__pycache__" / "stale.pyc").write_bytes(b"\0" * 64)  # left out by default
     spec = {
-        "name": "uploaded", "entrypoint": "service.train:main", "working_dir": "code",
-        "config": {"steps": steps}, "scaling": {"num_workers": 1},
-    }  # fmt: skip
+        "name": "uploaded",
+        "entrypoint": "service.train:main",
+        "working_dir": "code",
+        "config": {"steps": steps},
+        "scaling": {"num_workers": 1},
+    }
     (root / "job.yaml").write_text(yaml.safe_dump(spec))
     return root / "job.yaml"
 
@@ -75,8 +78,12 @@ def test_uploaded_code_runs_from_cli_and_sdk_and_shadows_nothing(upload_server, 
     env = {**os.environ, "RAYDOCK_URL": upload_server.url}
     run = subprocess.run(
         [sys.executable, "-m", "service.cli", "submit", "job.yaml"],
-        cwd=spec_file.parent, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=spec_file.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     shutil.rmtree(spec_file.parent)  # the server cannot be reading it from here
     assert run.returncode == 0, run.stdout + run.stderr
     cli_job_id = run.stdout.split()[0]

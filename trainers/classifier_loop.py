@@ -58,9 +58,7 @@ def build_classifier(spec: TrainSpec, n_features: int, n_classes: int) -> Parall
 def train_loop(config: dict) -> None:
     spec = parse_job_spec(config["spec"])
     setup_worker(spec)
-    data = classifier_data(
-        spec, config.get("data_meta", {}), dist.get_rank(), dist.get_world_size()
-    )
+    data = classifier_data(spec, config.get("data_meta", {}), dist.get_rank(), dist.get_world_size())
     pm = build_classifier(spec, data.n_features, data.n_classes)
     start = resume(spec, pm)
     train(
@@ -140,9 +138,7 @@ def evaluate(pm: ParallelModel, batches: Iterator[Batch]) -> dict[str, Any]:
     count = torch.tensor([len(batches)], device=pm.device)
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     empty = (batches[0][0][:0], batches[0][1][:0]) if batches else None
-    totals = torch.zeros(
-        3, dtype=torch.float64, device=pm.device
-    )  # loss sum, correct, rows
+    totals = torch.zeros(3, dtype=torch.float64, device=pm.device)  # loss sum, correct, rows
     for i in range(int(count.item())):
         x, y = batches[i] if i < len(batches) else empty
         x, y = x.to(pm.device), y.to(pm.device)

@@ -148,9 +148,7 @@ def efficiency_metrics(
     metrics: dict[str, float | int] = {}
     if flops_per_item:
         metrics[f"flops_per_{unit}"] = int(flops_per_item)
-        mfu = model_flops_utilisation(
-            items_per_s, flops_per_item, device_peak_flops(device, precision), n_devices
-        )
+        mfu = model_flops_utilisation(items_per_s, flops_per_item, device_peak_flops(device, precision), n_devices)
         if mfu is not None:
             metrics["mfu"] = mfu
     metrics.update(gpu_memory_peaks(device))

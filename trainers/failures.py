@@ -138,7 +138,9 @@ def readable(text: str) -> str:
     users = [m[0].strip("\n") for m in frames if is_users(m["path"])]
     others = [m[0].strip("\n") for m in frames if not is_users(m["path"])]
     rest = FRAME.sub("", text)
-    rest = "\n".join(line for line in rest.splitlines() if line.strip() and not line.startswith("Traceback (most recent call last)"))
+    rest = "\n".join(
+        line for line in rest.splitlines() if line.strip() and not line.startswith("Traceback (most recent call last)")
+    )
     parts = []
     if users:
         parts.append("Your code (most recent call last):\n" + "\n".join(users))
@@ -151,7 +153,9 @@ def readable(text: str) -> str:
 def report_failure(failure: Failure) -> int:
     """Send the failure to the server, print its traceback to the job's log, and give
     the driver's exit status."""
-    events.emit(ErrorEvent(type="error", seq=0, cause=failure.cause.value, message=failure.message, traceback=failure.traceback))
+    events.emit(
+        ErrorEvent(type="error", seq=0, cause=failure.cause.value, message=failure.message, traceback=failure.traceback)
+    )
     events.flush()
     print(failure.traceback, file=sys.stderr, flush=True)
     return 1

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 # Strategies ``compile: auto`` compiles on CUDA. ``compile: on`` also compiles tensor,
@@ -67,9 +66,7 @@ def resolve(
     full fp32 (no TF32): the reference path to compare the fast one against.
     """
     if setting not in ("auto", "on", "off"):
-        raise ValueError(
-            f"parallelism.compile must be auto, on or off, not {setting!r}"
-        )
+        raise ValueError(f"parallelism.compile must be auto, on or off, not {setting!r}")
     cuda = device.type == "cuda"
     if strategy in NEVER_COMPILE_STRATEGIES or setting == "off":
         compile_ = False
@@ -99,9 +96,7 @@ def optimizer_options(params: Iterable) -> dict[str, bool]:
     device: a parameter server's optimizers run on CPU actors.
     """
     params = list(params)
-    on_gpu = bool(params) and all(
-        isinstance(p, torch.Tensor) and p.is_cuda for p in params
-    )
+    on_gpu = bool(params) and all(isinstance(p, torch.Tensor) and p.is_cuda for p in params)
     return {"fused": True} if on_gpu else {}
 
 
@@ -115,9 +110,7 @@ def compile_model(model: nn.Module) -> nn.Module:
     ``_orig_mod.`` prefix ever reaches a checkpoint.
     """
     blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, (nn.ModuleDict, nn.ModuleList, nn.Sequential)) and len(
-        blocks
-    ):
+    if isinstance(blocks, (nn.ModuleDict, nn.ModuleList, nn.Sequential)) and len(blocks):
         for block in blocks.children():
             block.compile()
     else:
@@ -156,9 +149,7 @@ def _map_tensors(item, fn):
         return tuple(_map_tensors(t, fn) for t in item)
     if dataclasses.is_dataclass(item):
         changes = {
-            f.name: fn(v)
-            for f in dataclasses.fields(item)
-            if isinstance(v := getattr(item, f.name), torch.Tensor)
+            f.name: fn(v) for f in dataclasses.fields(item) if isinstance(v := getattr(item, f.name), torch.Tensor)
         }
         return dataclasses.replace(item, **changes)
     return item

@@ -50,12 +50,8 @@ class TextBatches:
     def __init__(self, spec: TrainSpec, pm: ParallelModel):
         data: TextData = spec.data
         seq_len = spec.model.seq_len
-        self.train = grammar_dataset(
-            seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed
-        )
-        self.val = grammar_dataset(
-            seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val"
-        )
+        self.train = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed)
+        self.val = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val")
         self.batch_size, self.seed = spec.batch_size, spec.seed
         self.rank, self.world = pm.data_rank, pm.data_world_size
         global_batch = self.batch_size * self.world

@@ -53,14 +53,8 @@ def setup_worker(spec: TrainSpec) -> None:
     torch.set_num_threads(max(1, int(spec.scaling.cpus_per_worker)))
     # TF32 matrix products where fp32 is asked for on a GPU (not under compile: off,
     # the exact reference path).
-    device = torch.device(
-        "cuda" if spec.scaling.use_gpu and torch.cuda.is_available() else "cpu"
-    )
-    fast_path.allow_tf32(
-        fast_path.resolve(
-            spec.parallelism.compile, device, precision=spec.parallelism.precision
-        ).tf32
-    )
+    device = torch.device("cuda" if spec.scaling.use_gpu and torch.cuda.is_available() else "cpu")
+    fast_path.allow_tf32(fast_path.resolve(spec.parallelism.compile, device, precision=spec.parallelism.precision).tf32)
 
 
 def build_optimizer(spec: OptimizerSpec, params) -> torch.optim.Optimizer:
@@ -75,12 +69,8 @@ def build_optimizer(spec: OptimizerSpec, params) -> torch.optim.Optimizer:
             **fused,
         )
     if spec.name == "adam":
-        return torch.optim.Adam(
-            params, lr=spec.lr, weight_decay=spec.weight_decay, **fused
-        )
-    return torch.optim.AdamW(
-        params, lr=spec.lr, weight_decay=spec.weight_decay, **fused
-    )
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
+    return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay, **fused)
 
 
 def optimizer_factory(spec: TrainSpec) -> OptimizerFactory:
@@ -106,11 +96,7 @@ class Scheduler:
     def before(self, opt: torch.optim.Optimizer, step: "Step") -> None:
         if self.schedule is None:
             return
-        done = (
-            step.number - 1
-            if self.schedule.unit == "step"
-            else step.epoch - (1 if step.epoch_end else 0)
-        )
+        done = step.number - 1 if self.schedule.unit == "step" else step.epoch - (1 if step.epoch_end else 0)
         values = self.schedule.values_at(done)
         if values == self.applied:
             return
@@ -187,20 +173,14 @@ class ReportClock:
     def due(self, step: int) -> bool:
         if step < self.next_check:
             return False
-        elapsed = torch.tensor(
-            [time.perf_counter() - self.t0], dtype=torch.float64, device=self.device
-        )
+        elapsed = torch.tensor([time.perf_counter() - self.t0], dtype=torch.float64, device=self.device)
         if dist.is_initialized():
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        seconds = (
-            elapsed.item()
-        )  # the same number on every worker, so the same decision
+        seconds = elapsed.item()  # the same number on every worker, so the same decision
         if seconds >= self.every_s:
             return True
         per_step = seconds / max(step - self.first_step, 1)
-        self.next_check = step + max(
-            1, math.ceil((self.every_s - seconds) / max(per_step, 1e-9))
-        )
+        self.next_check = step + max(1, math.ceil((self.every_s - seconds) / max(per_step, 1e-9)))
         return False
 
 
@@ -276,9 +256,7 @@ def train(
     the placed model and its loss compiled in place, batches prefetched to the GPU.
     """
     par = spec.parallelism
-    fast = fast_path.resolve(
-        par.compile, pm.device, strategy=par.strategy, precision=par.precision
-    )
+    fast = fast_path.resolve(par.compile, pm.device, strategy=par.strategy, precision=par.precision)
     fast_path.accelerate(pm, fast)
     if fast.prefetch:
         steps = fast_path.prefetch(steps, pm.device)
@@ -313,9 +291,7 @@ def train(
             # it sent since this attempt started, and the parameter + optimizer bytes it holds.
             "bytes_communicated": pm.bytes_communicated,
             "local_state_bytes": pm.local_state_bytes(),
-            "lr": pm.optimizer.param_groups[0][
-                "lr"
-            ],  # the rate in effect: what a search's schedule really did
+            "lr": pm.optimizer.param_groups[0]["lr"],  # the rate in effect: what a search's schedule really did
             "world_size": dist.get_world_size(),  # changes when an elastic job resizes
         }
         save = None

@@ -50,7 +50,9 @@ class Alignment:
         self.last: float | None = None
 
     def after_report(self, time_: float) -> None:
-        crossed = time_ % self.interval == 0 if self.last is None else time_ // self.interval > self.last // self.interval
+        crossed = (
+            time_ % self.interval == 0 if self.last is None else time_ // self.interval > self.last // self.interval
+        )
         self.last = time_
         ray.get(self.population.arrive.remote(self.trial_id, time_))
         if not crossed or time_ >= self.budget:

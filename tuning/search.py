@@ -17,7 +17,6 @@ from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
 from tuning.trial import run_trial
 
-
 # Tune's own default horizon of ASHA, for a search whose loop's end is its budget.
 ASHA_MAX_T = 100
 
@@ -48,9 +47,12 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
     unit, budget = spec.unit, spec.budget_amount
     if spec.algorithm == "asha":
         return ASHAScheduler(
-            time_attr=unit, max_t=budget or ASHA_MAX_T, grace_period=spec.asha.grace_period,
-            reduction_factor=spec.asha.reduction_factor, brackets=spec.asha.brackets,
-        )  # fmt: skip
+            time_attr=unit,
+            max_t=budget or ASHA_MAX_T,
+            grace_period=spec.asha.grace_period,
+            reduction_factor=spec.asha.reduction_factor,
+            brackets=spec.asha.brackets,
+        )
     if spec.algorithm not in ("pbt", "pb2"):
         return None
     space = spec.mutations
@@ -60,10 +62,14 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
 
     options = spec.pbt
     common = dict(
-        out=out, room_for_all=spec.concurrency >= spec.num_trials, time_attr=unit, perturbation_interval=options.perturbation_interval,
-        quantile_fraction=options.quantile_fraction, custom_explore_fn=clip,
+        out=out,
+        room_for_all=spec.concurrency >= spec.num_trials,
+        time_attr=unit,
+        perturbation_interval=options.perturbation_interval,
+        quantile_fraction=options.quantile_fraction,
+        custom_explore_fn=clip,
         log_config=False,
-    )  # fmt: skip
+    )
     if spec.algorithm == "pb2":
         return RecordingPB2(hyperparam_bounds={p: [d.low, d.high] for p, d in space.items()}, **common)
     return RecordingPBT(
@@ -113,7 +119,10 @@ def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents)
     (which ``out`` hands the driver's callback too) and the trial's CPUs."""
     out.population = Population.remote() if aligned(spec) else None
     fn = tune.with_parameters(
-        run_trial, spec=spec.model_dump(mode="json"), storage_path=trial_runs_path(storage_path, job_id), population=out.population
+        run_trial,
+        spec=spec.model_dump(mode="json"),
+        storage_path=trial_runs_path(storage_path, job_id),
+        population=out.population,
     )
     return tune.with_resources(fn, {"cpu": spec.driver_cpus_per_trial})
 

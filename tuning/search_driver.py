@@ -58,20 +58,32 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     _drop_trial_runs(storage_path, job_id)
     for result in results:  # a resumed search: trials that finished in an earlier attempt
         if result.metrics and result.metrics.get("trial_id"):
-            out.consider(result.metrics["trial_id"], events.sendable_metrics(reported(result.metrics)), jsonable(result.config or {}))
+            out.consider(
+                result.metrics["trial_id"],
+                events.sendable_metrics(reported(result.metrics)),
+                jsonable(result.config or {}),
+            )
     if out.best is None:
         errors = [r.error for r in results if r.error is not None]
         if not errors and not out.failures:
-            return report_failure(Failure(
-                FailureCause.USER_CODE, f"no trial of the search reported {spec.metric!r}",
-                f"{len(results)} trials ended without reporting the metric {spec.metric!r}; report it, or change `metric`.",
-            ))  # fmt: skip
+            return report_failure(
+                Failure(
+                    FailureCause.USER_CODE,
+                    f"no trial of the search reported {spec.metric!r}",
+                    f"{len(results)} trials ended without reporting the metric {spec.metric!r}; report it, or change `metric`.",
+                )
+            )
         # The first trial's own error leads: the job's error reads like a training job's.
         first = next(iter(out.failures.values()), None) or classify(errors[0])
-        return report_failure(Failure(
-            first.cause, first.message,
-            f"every trial of the search failed ({max(len(errors), len(out.failures))} of {len(results)}); the first one's error:\n\n{first.traceback}"[:TRACEBACK_TAIL_CHARS],
-        ))  # fmt: skip
+        return report_failure(
+            Failure(
+                first.cause,
+                first.message,
+                f"every trial of the search failed ({max(len(errors), len(out.failures))} of {len(results)}); the first one's error:\n\n{first.traceback}"[
+                    :TRACEBACK_TAIL_CHARS
+                ],
+            )
+        )
     best = out.best
     checkpoint = _best_checkpoint(results, best["trial_id"], spec)
     summary = events.sendable_metrics({**best["metrics"], "trial_id": best["trial_id"]})

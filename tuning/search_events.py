@@ -23,20 +23,37 @@ import cloudpickle
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from api.schemas import BestTrialEvent, Event, ExploitEvent, FailureCause, MetricEvent, TrialEvent, TrialMetricEvent, jsonable
+from api.schemas import (
+    BestTrialEvent,
+    Event,
+    ExploitEvent,
+    FailureCause,
+    MetricEvent,
+    TrialEvent,
+    TrialMetricEvent,
+    jsonable,
+)
 from trainers import events
 from trainers.failures import Failure, classify, readable
 
 # Tune's own bookkeeping in a result, beyond what the trial's loop reported.
 # Its count of reports stays: the time axis of a loop that reports neither epoch nor step.
-TUNE_KEYS = (frozenset(AUTO_RESULT_KEYS) - {"training_iteration"}) | {"done", "trial_id", "experiment_tag", "should_checkpoint", "__duplicate__"}
+TUNE_KEYS = (frozenset(AUTO_RESULT_KEYS) - {"training_iteration"}) | {
+    "done",
+    "trial_id",
+    "experiment_tag",
+    "should_checkpoint",
+    "__duplicate__",
+}
 ERROR_TAIL_CHARS = 3000
 
 
 class SearchEvents:
     """Numbers and emits a search's events; keeps the best report seen so far."""
 
-    def __init__(self, metric: str, mode: str, key: str | None = None, sink: Callable[[Event], None] = events.emit) -> None:
+    def __init__(
+        self, metric: str, mode: str, key: str | None = None, sink: Callable[[Event], None] = events.emit
+    ) -> None:
         self.key = key or uuid.uuid4().hex
         _LIVE[self.key] = self
         self.metric, self.mode, self.sink = metric, mode, sink
@@ -62,7 +79,11 @@ class SearchEvents:
 
     def report(self, trial_id: str, metrics: dict[str, Any], config: dict[str, Any]) -> None:
         metrics, config = events.sendable_metrics(metrics), jsonable(config)
-        self._send(lambda seq: TrialMetricEvent(type="trial_metric", seq=seq, trial_id=trial_id, metrics=metrics, config=config))
+        self._send(
+            lambda seq: TrialMetricEvent(
+                type="trial_metric", seq=seq, trial_id=trial_id, metrics=metrics, config=config
+            )
+        )
         with self._lock:
             self.sink(MetricEvent(type="metric", seq=self.metric_seq, metrics={**metrics, "trial_id": trial_id}))
             self.metric_seq += 1
@@ -72,14 +93,27 @@ class SearchEvents:
         """Keep ``metrics`` as the best report if it is (a report of an earlier attempt
         of a resumed search is considered here without being sent again)."""
         value = metrics.get(self.metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and self._better(value):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and self._better(value)
+        ):
             self.best = {"trial_id": trial_id, "value": float(value), "metrics": metrics, "config": config}
 
     def trial(self, trial_id: str, status: str, config: dict[str, Any], error: str | None = None) -> None:
         config = jsonable(config)
-        self._send(lambda seq: TrialEvent(
-            type="trial", seq=seq, trial_id=trial_id, status=status, config=config, error=error, note=self.note,
-        ))  # fmt: skip
+        self._send(
+            lambda seq: TrialEvent(
+                type="trial",
+                seq=seq,
+                trial_id=trial_id,
+                status=status,
+                config=config,
+                error=error,
+                note=self.note,
+            )
+        )
 
     def exploit(self, **fields: Any) -> None:
         """Tune asks the scheduler before it tells the callbacks, so an exploit is
@@ -99,10 +133,17 @@ class SearchEvents:
     def best_trial(self, checkpoint_path: str | None) -> None:
         """The search's best trial, once it ended (``self.best`` is set)."""
         best = self.best
-        self._send(lambda seq: BestTrialEvent(
-            type="best_trial", seq=seq, trial_id=best["trial_id"], value=best["value"],
-            config=best["config"], metrics=best["metrics"], checkpoint_path=checkpoint_path,
-        ))  # fmt: skip
+        self._send(
+            lambda seq: BestTrialEvent(
+                type="best_trial",
+                seq=seq,
+                trial_id=best["trial_id"],
+                value=best["value"],
+                config=best["config"],
+                metrics=best["metrics"],
+                checkpoint_path=checkpoint_path,
+            )
+        )
 
     def _better(self, value: float) -> bool:
         if self.best is None:

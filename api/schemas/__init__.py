@@ -12,6 +12,7 @@ from api.schemas.cluster import (
     WorkerGroupPublic,
     WorkerPlacement,
 )
+from api.schemas.code import CODE_REF_PREFIX, CODE_REF_RE, SHA256_RE, CodeLimits, CodePackagePublic
 from api.schemas.common import (
     ENTRYPOINT_RE,
     INT64_MAX,
@@ -22,12 +23,11 @@ from api.schemas.common import (
     ErrorResponse,
     FailureCause,
     Int64,
-    Labels,
     JobStatus,
+    Labels,
     NonNegInt64,
     Strict,
 )
-from api.schemas.code import CODE_REF_PREFIX, CODE_REF_RE, SHA256_RE, CodeLimits, CodePackagePublic
 from api.schemas.data import DataSpec, DigitsData, SyntheticData, TabularData, TextData
 from api.schemas.events import (
     BestTrialEvent,
@@ -50,7 +50,17 @@ from api.schemas.events import (
     parse_event,
 )
 from api.schemas.job_spec import JOB_KINDS, JobSpec, job_kind, job_spec_adapter, parse_job_spec
-from api.schemas.jobs import MAX_CANCEL_IDS, CancelJobs, CancelledJobs, CancelRefusal, CheckpointPublic, JobList, JobPublic, MetricPoint, RestartInfo
+from api.schemas.jobs import (
+    MAX_CANCEL_IDS,
+    CancelJobs,
+    CancelledJobs,
+    CancelRefusal,
+    CheckpointPublic,
+    JobList,
+    JobPublic,
+    MetricPoint,
+    RestartInfo,
+)
 from api.schemas.models import CNNModel, GPTModel, MLPModel, ModelSpec
 from api.schemas.parallelism import (
     CLASSIFIER_ONLY_STRATEGIES,
@@ -71,13 +81,40 @@ from api.schemas.scaling import (
     coerce_num_workers,
     elastic_problems,
 )
-from api.schemas.search_space import CONTINUOUS, Choice, Distribution, Grid, LogUniform, Uniform, apply_values, clip_to_space
+from api.schemas.search_options import REPORTS_UNIT, ASHAOptions, PBTOptions, TrialBudget
+from api.schemas.search_space import (
+    CONTINUOUS,
+    Choice,
+    Distribution,
+    Grid,
+    LogUniform,
+    Uniform,
+    apply_values,
+    clip_to_space,
+)
 from api.schemas.train import CheckpointSpec, FailureSpec, OptimizerSpec, ReportSpec, TrainSpec
 from api.schemas.trials import BestTrialPublic, ExploitPublic, TrialCheckpoint, TrialMetricPoint, TrialPublic
-from api.schemas.search_options import REPORTS_UNIT, ASHAOptions, PBTOptions, TrialBudget
 from api.schemas.tune import CLASSIFIER_METRICS, FIXED_FIELDS, MAX_TRIALS, TuneSpec
 
-__all__ = [name for name in dir() if not name.startswith("_") and name[0].isupper() or name in {
-    "apply_values", "clip_to_space", "coerce_num_workers", "elastic_problems", "event_json", "event_line",
-    "job_kind", "job_spec_adapter", "jsonable", "parse_event", "parse_job_spec", "resolve_mesh", "validate_parallelism",
-}]
+__all__ = [
+    name
+    for name in dir()
+    if not name.startswith("_")
+    and name[0].isupper()
+    or name
+    in {
+        "apply_values",
+        "clip_to_space",
+        "coerce_num_workers",
+        "elastic_problems",
+        "event_json",
+        "event_line",
+        "job_kind",
+        "job_spec_adapter",
+        "jsonable",
+        "parse_event",
+        "parse_job_spec",
+        "resolve_mesh",
+        "validate_parallelism",
+    }
+]

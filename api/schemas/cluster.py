@@ -6,7 +6,6 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 
-
 class WorkerPlacement(BaseModel):
     ip: str = Field(description="Address of the node the worker runs on.")
     node_id: str = Field(description="Ray node id.")
@@ -22,10 +21,14 @@ class WorkerGroupPublic(BaseModel):
 
 class NodeTypeCapacity(BaseModel):
     name: str = Field(description="The autoscaler's node type.")
-    resources: dict[str, float] = Field(default_factory=dict, description="Resources of one node of this type, when known.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Resources of one node of this type, when known."
+    )
     running: int = Field(description="Nodes of this type in the cluster now.")
     pending: int = Field(description="Nodes of this type being launched.")
-    max_workers: int | None = Field(default=None, description="Most nodes of this type the autoscaler may run; None when unknown.")
+    max_workers: int | None = Field(
+        default=None, description="Most nodes of this type the autoscaler may run; None when unknown."
+    )
 
 
 class AutoscalerPublic(BaseModel):
@@ -35,7 +38,8 @@ class AutoscalerPublic(BaseModel):
     )
     gpus_addable: float | None = Field(description="GPUs it can still add; None when unknown.")
     limits_from: str | None = Field(
-        default=None, description="The autoscaler config file the limits were read from (RAYDOCK_AUTOSCALER_CONFIG), if any."
+        default=None,
+        description="The autoscaler config file the limits were read from (RAYDOCK_AUTOSCALER_CONFIG), if any.",
     )
 
 

@@ -18,11 +18,17 @@ class CodePackagePublic(BaseModel):
     files: int = Field(description="Files in the package.")
     content_bytes: int = Field(description="Bytes of the files, uncompressed.")
     created_at: UtcDatetime = Field(description="When the server first stored it.")
-    last_used_at: UtcDatetime = Field(description="The last upload or submit that named it; retention counts from here.")
-    jobs: int = Field(description="Jobs that reference it; a package no job references is deleted after the retention period.")
+    last_used_at: UtcDatetime = Field(
+        description="The last upload or submit that named it; retention counts from here."
+    )
+    jobs: int = Field(
+        description="Jobs that reference it; a package no job references is deleted after the retention period."
+    )
 
 
 class CodeLimits(BaseModel):
-    max_bytes: int = Field(description="Most bytes a package may hold, uncompressed and as uploaded (RAYDOCK_CODE_MAX_BYTES).")
+    max_bytes: int = Field(
+        description="Most bytes a package may hold, uncompressed and as uploaded (RAYDOCK_CODE_MAX_BYTES)."
+    )
     max_files: int = Field(description="Most files a package may hold (RAYDOCK_CODE_MAX_FILES).")
     retention_s: float = Field(description="How long a package no job references is kept (RAYDOCK_CODE_RETENTION_S).")

@@ -26,9 +26,7 @@ class SyntheticData(Strict):
 
 
 class TabularData(Strict):
-    source: Literal["csv", "parquet"] = Field(
-        description="A user table read with Ray Data and sharded across workers."
-    )
+    source: Literal["csv", "parquet"] = Field(description="A user table read with Ray Data and sharded across workers.")
     path: str = Field(min_length=1, description="File, directory or URI (s3://, gs://, ...) of the table.")
     label_column: str = Field(min_length=1, description="Column holding the integer class label.")
     feature_columns: list[str] | None = Field(
@@ -50,9 +48,7 @@ class TextData(Strict):
     n_chars: int = Field(
         default=64 * 1024, ge=1024, le=100_000_000, description="Length of the generated corpus in characters."
     )
-    val_batches: int = Field(
-        default=4, ge=1, le=10_000, description="Validation batches evaluated at each report."
-    )
+    val_batches: int = Field(default=4, ge=1, le=10_000, description="Validation batches evaluated at each report.")
 
     def block_counts(self, seq_len: int) -> tuple[int, int]:
         """(train, val) windows of ``seq_len`` characters, as ``trainers.data.text`` cuts them."""
@@ -60,7 +56,4 @@ class TextData(Strict):
         return (cut - 1) // seq_len, (self.n_chars - cut - 1) // seq_len
 
 
-DataSpec = Annotated[
-    Union[DigitsData, SyntheticData, TabularData, TextData], Field(discriminator="source")
-]
-
+DataSpec = Annotated[Union[DigitsData, SyntheticData, TabularData, TextData], Field(discriminator="source")]

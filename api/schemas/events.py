@@ -154,11 +154,20 @@ class BestTrialEvent(Event):
 
 JobEvent = Annotated[
     Union[
-        StartedEvent, MetricEvent, CheckpointEvent, WorkerFailureEvent, ErrorEvent, ResultEvent,
-        WorkerGroupEvent, TrialMetricEvent, TrialEvent, ExploitEvent, BestTrialEvent,
+        StartedEvent,
+        MetricEvent,
+        CheckpointEvent,
+        WorkerFailureEvent,
+        ErrorEvent,
+        ResultEvent,
+        WorkerGroupEvent,
+        TrialMetricEvent,
+        TrialEvent,
+        ExploitEvent,
+        BestTrialEvent,
     ],
     Field(discriminator="type"),
-]  # fmt: skip
+]
 _adapter: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)
 
 

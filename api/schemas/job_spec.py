@@ -18,10 +18,11 @@ def job_kind(value: Any) -> str:
     return kind if kind is not None else "train"
 
 
-
 JobSpec = Annotated[
     Union[Annotated[TrainSpec, Tag("train")], Annotated[TuneSpec, Tag("tune")]],
-    Discriminator(job_kind, custom_error_type="invalid_kind", custom_error_message="kind must be train (the default) or tune"),
+    Discriminator(
+        job_kind, custom_error_type="invalid_kind", custom_error_message="kind must be train (the default) or tune"
+    ),
 ]
 job_spec_adapter: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 

@@ -13,6 +13,7 @@ from api.schemas.common import FailureCause, JobStatus
 # API always says so, as OpenAPI's date-time format requires.
 UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=timezone.utc))]
 
+
 class JobPublic(BaseModel):
     id: str = Field(description="Job id.")
     name: str
@@ -30,10 +31,12 @@ class JobPublic(BaseModel):
     ray_job_id: str | None = Field(default=None, description="The Ray job submission id.")
     latest_metrics: dict[str, Any] | None = Field(default=None, description="The last reported metrics.")
     queue_position: int | None = Field(
-        default=None, description="1-based place in the queue while QUEUED, as of the monitor's last pass (null until then)."
+        default=None,
+        description="1-based place in the queue while QUEUED, as of the monitor's last pass (null until then).",
     )
     dropped_events: int = Field(
-        default=0, description="Events from the job's driver that were ignored: they did not validate, or the job was past a per-job bound."
+        default=0,
+        description="Events from the job's driver that were ignored: they did not validate, or the job was past a per-job bound.",
     )
     last_dropped_reason: str | None = Field(default=None, description="Why the last ignored event was refused.")
     restarts: list["RestartInfo"] = Field(
@@ -52,7 +55,9 @@ class CancelJobs(BaseModel):
     """POST /v1/jobs:cancel: many jobs at once (e.g. a whole queue, page by page)."""
 
     model_config = ConfigDict(extra="forbid")
-    ids: list[JobIdText] = Field(min_length=1, max_length=MAX_CANCEL_IDS, description=f"Jobs to cancel, at most {MAX_CANCEL_IDS}.")
+    ids: list[JobIdText] = Field(
+        min_length=1, max_length=MAX_CANCEL_IDS, description=f"Jobs to cancel, at most {MAX_CANCEL_IDS}."
+    )
 
 
 class CancelRefusal(BaseModel):
@@ -93,10 +98,16 @@ class MetricPoint(BaseModel):
     metrics: dict[str, Any]
     # Set only in a downsampled series (`max_points`): the point is the last report of a
     # bucket of consecutive reports, and these say what the bucket held.
-    points: int = Field(default=1, description="Reports this point stands for (a bucket of a downsampled series; 1 otherwise).")
+    points: int = Field(
+        default=1, description="Reports this point stands for (a bucket of a downsampled series; 1 otherwise)."
+    )
     first_seq: int | None = Field(default=None, description="Downsampled: seq of the bucket's first report.")
-    metrics_min: dict[str, float] | None = Field(default=None, description="Downsampled: each numeric metric's smallest value in the bucket.")
-    metrics_max: dict[str, float] | None = Field(default=None, description="Downsampled: each numeric metric's largest value in the bucket.")
+    metrics_min: dict[str, float] | None = Field(
+        default=None, description="Downsampled: each numeric metric's smallest value in the bucket."
+    )
+    metrics_max: dict[str, float] | None = Field(
+        default=None, description="Downsampled: each numeric metric's largest value in the bucket."
+    )
 
 
 class CheckpointPublic(BaseModel):
@@ -106,4 +117,3 @@ class CheckpointPublic(BaseModel):
     epoch: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     created_at: UtcDatetime
-

@@ -12,8 +12,7 @@ from api.schemas.common import Strict
 class MLPModel(Strict):
     type: Literal["mlp"] = Field(description="A multilayer perceptron over flat features.")
     hidden_sizes: list[Annotated[int, Field(gt=0, le=65_536)]] = Field(
-        max_length=64,
-        default_factory=lambda: [128], description="Width of each hidden layer."
+        max_length=64, default_factory=lambda: [128], description="Width of each hidden layer."
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout after each hidden layer.")
 
@@ -21,8 +20,7 @@ class MLPModel(Strict):
 class CNNModel(Strict):
     type: Literal["cnn"] = Field(description="A small convolutional net for square single-channel images.")
     channels: list[Annotated[int, Field(gt=0, le=16_384)]] = Field(
-        max_length=64,
-        default_factory=lambda: [16, 32], description="Output channels of each 3x3 conv block."
+        max_length=64, default_factory=lambda: [16, 32], description="Output channels of each 3x3 conv block."
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout before the classifier.")
 
@@ -35,7 +33,9 @@ class GPTModel(Strict):
         )
     )
     n_layer: int = Field(default=2, ge=1, le=256, description="Transformer blocks (what pipeline stages split).")
-    n_head: int = Field(default=2, ge=1, le=256, description="Attention heads per block (what tensor parallelism splits).")
+    n_head: int = Field(
+        default=2, ge=1, le=256, description="Attention heads per block (what tensor parallelism splits)."
+    )
     d_model: int = Field(default=32, ge=1, le=16_384, description="Width of the residual stream; a multiple of n_head.")
     seq_len: int = Field(default=32, ge=2, le=8192, description="Context length in characters.")
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout in attention and MLP outputs.")

@@ -41,7 +41,6 @@ Compile = Literal["auto", "on", "off"]
 class PipelineOptions(Strict):
     """How a pipeline-parallel model is cut and scheduled."""
 
-
     stages: int | None = Field(
         default=None,
         ge=1,
@@ -75,12 +74,9 @@ class PipelineOptions(Strict):
 class MeshShape(Strict):
     """Sizes of the three worker axes; their product is the number of workers."""
 
-
     data: int = Field(default=1, ge=1, description="Data-parallel replicas of the model.")
     pipeline: int = Field(default=1, ge=1, description="Pipeline stages per replica.")
-    tensor: int = Field(
-        default=1, ge=1, description="Workers each layer's weights are split over."
-    )
+    tensor: int = Field(default=1, ge=1, description="Workers each layer's weights are split over.")
 
     @property
     def size(self) -> int:
@@ -89,7 +85,6 @@ class MeshShape(Strict):
 
 class ParameterServerOptions(Strict):
     """Parameter-server training: servers hold the weights, workers push gradients."""
-
 
     num_servers: int = Field(
         default=1,
@@ -253,8 +248,7 @@ def validate_parallelism(
         if not use_gpu:
             err(
                 "precision",
-                "fp16 needs a GPU (its loss scaling runs on CUDA). Use bf16 on CPU, or "
-                "run the job with GPUs.",
+                "fp16 needs a GPU (its loss scaling runs on CUDA). Use bf16 on CPU, or run the job with GPUs.",
             )
         if strategy != "ddp":
             err(
@@ -342,8 +336,7 @@ def _check_mesh(par: ParallelismSpec, num_workers: int, err) -> MeshShape | None
     if mesh.pipeline > 1 and mesh.tensor > 1:
         err(
             "mesh",
-            "pipeline and tensor parallelism together (3-D) are not supported; set "
-            "mesh.pipeline or mesh.tensor to 1.",
+            "pipeline and tensor parallelism together (3-D) are not supported; set mesh.pipeline or mesh.tensor to 1.",
         )
         ok = False
     if stages is not None and stages != mesh.pipeline:
@@ -361,9 +354,7 @@ def _check_mesh(par: ParallelismSpec, num_workers: int, err) -> MeshShape | None
     return mesh if ok else None
 
 
-def _check_model_fits(
-    par: ParallelismSpec, shape: MeshShape, n_layers: int | None, n_heads: int | None, err
-) -> None:
+def _check_model_fits(par: ParallelismSpec, shape: MeshShape, n_layers: int | None, n_heads: int | None, err) -> None:
     stages_path = "mesh.pipeline" if par.strategy == "hybrid" else "pipeline.stages"
     tensor_path = "mesh.tensor" if par.strategy == "hybrid" else "tensor_degree"
     if n_layers is not None and shape.pipeline > n_layers:

@@ -30,8 +30,12 @@ ELASTIC_DEFAULT_MAX_RETRIES = 3
 
 
 class WorkerRange(Strict):
-    min: int = Field(ge=1, le=MAX_WORKERS, description="Fewest workers the job trains with; it starts once this many fit.")
-    max: int = Field(ge=1, le=MAX_WORKERS, description="Most workers; the job grows to this many when capacity appears.")
+    min: int = Field(
+        ge=1, le=MAX_WORKERS, description="Fewest workers the job trains with; it starts once this many fit."
+    )
+    max: int = Field(
+        ge=1, le=MAX_WORKERS, description="Most workers; the job grows to this many when capacity appears."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> "WorkerRange":
@@ -72,29 +76,30 @@ def coerce_num_workers(value: Any) -> Any:
     raise ValueError("must be a number of workers (e.g. 2) or a range {min: 1, max: 4}")
 
 
-def elastic_problems(
-    workers: int | WorkerRange, *, strategy: str, model_type: str | None
-) -> list[tuple[str, str]]:
+def elastic_problems(workers: int | WorkerRange, *, strategy: str, model_type: str | None) -> list[tuple[str, str]]:
     """``(dotted_path, message)`` problems of a worker range with the rest of the job."""
     if not isinstance(workers, WorkerRange):
         return []
     problems = []
     if strategy not in ELASTIC_STRATEGIES:
-        problems.append((
-            "scaling.num_workers",
-            f"a worker range {{min: {workers.min}, max: {workers.max}}} needs a strategy whose mesh is "
-            f"data-parallel only (ddp or fsdp); strategy {strategy} fixes the mesh to one worker count. "
-            "Give a fixed num_workers or use ddp/fsdp.",
-        ))
+        problems.append(
+            (
+                "scaling.num_workers",
+                f"a worker range {{min: {workers.min}, max: {workers.max}}} needs a strategy whose mesh is "
+                f"data-parallel only (ddp or fsdp); strategy {strategy} fixes the mesh to one worker count. "
+                "Give a fixed num_workers or use ddp/fsdp.",
+            )
+        )
     if model_type == "gpt":
-        problems.append((
-            "scaling.num_workers",
-            "a worker range is not available for model.type gpt: its batches are indexed by step "
-            "for a fixed number of data replicas, so a resize would skip or repeat text. "
-            "Give a fixed num_workers.",
-        ))
+        problems.append(
+            (
+                "scaling.num_workers",
+                "a worker range is not available for model.type gpt: its batches are indexed by step "
+                "for a fixed number of data replicas, so a resize would skip or repeat text. "
+                "Give a fixed num_workers.",
+            )
+        )
     return problems
-
 
 
 class ScalingSpec(Strict):
@@ -109,9 +114,11 @@ class ScalingSpec(Strict):
     use_gpu: bool = Field(default=False, description="Give each worker one GPU and use NCCL.")
     cpus_per_worker: float = Field(default=1.0, gt=0.0, le=512, description="CPUs reserved per worker.")
     resize_check_interval_s: float = Field(
-        default=60.0, ge=1.0, le=86_400,
+        default=60.0,
+        ge=1.0,
+        le=86_400,
         description="Elastic jobs only: how often a running job checks whether it can grow (each resize restarts its workers).",
-    )  # fmt: skip
+    )
 
     @field_validator("num_workers", mode="before")
     @classmethod
@@ -130,4 +137,3 @@ class ScalingSpec(Strict):
     @property
     def max_workers(self) -> int:
         return self.num_workers.max if self.is_elastic else self.num_workers
-

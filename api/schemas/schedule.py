@@ -17,13 +17,15 @@ MAX_INTERVALS = 10_000
 
 class ScheduleInterval(Strict):
     at: int = Field(
-        ge=0, le=100_000_000,
+        ge=0,
+        le=100_000_000,
         description="The epoch or step count (completed) from which these values apply; the first interval is at 0.",
-    )  # fmt: skip
+    )
     values: dict[str, float] = Field(
-        min_length=1, max_length=len(SCHEDULABLE),
+        min_length=1,
+        max_length=len(SCHEDULABLE),
         description=f"Dotted field paths ({', '.join(SCHEDULABLE)}) and their values from `at` on.",
-    )  # fmt: skip
+    )
 
 
 class HyperparameterSchedule(Strict):
@@ -35,7 +37,9 @@ class HyperparameterSchedule(Strict):
     @model_validator(mode="after")
     def _ordered(self) -> "HyperparameterSchedule":
         if self.intervals[0].at != 0:
-            raise ValueError(f"the first interval must be at 0 (it is at {self.intervals[0].at}): it sets the starting values")
+            raise ValueError(
+                f"the first interval must be at 0 (it is at {self.intervals[0].at}): it sets the starting values"
+            )
         ats = [i.at for i in self.intervals]
         if any(b <= a for a, b in zip(ats, ats[1:])):
             raise ValueError(f"intervals must be in strictly increasing `at`; got {ats[:20]}")

@@ -17,11 +17,15 @@ REPORTS_UNIT = "training_iteration"
 
 class TrialBudget(Strict):
     epochs: int | None = Field(default=None, ge=1, le=100_000, description="Epochs each trial trains at most.")
-    steps: int | None = Field(default=None, ge=1, le=100_000_000, description="Optimizer steps each trial trains at most.")
+    steps: int | None = Field(
+        default=None, ge=1, le=100_000_000, description="Optimizer steps each trial trains at most."
+    )
     reports: int | None = Field(
-        default=None, ge=1, le=100_000_000,
+        default=None,
+        ge=1,
+        le=100_000_000,
         description="Reports (ray.train.report calls) each trial makes at most: for a loop that reports neither epoch nor step.",
-    )  # fmt: skip
+    )
 
     @model_validator(mode="after")
     def _one_unit(self) -> "TrialBudget":
@@ -41,26 +45,35 @@ class TrialBudget(Strict):
 
 class PBTOptions(Strict):
     perturbation_interval: int | None = Field(
-        default=None, ge=1, le=100_000_000,
+        default=None,
+        ge=1,
+        le=100_000_000,
         description=(
             "Budget units (epochs, steps or reports) between exploit/explore decisions; default a quarter "
             "of the budget, or every report when the search has no budget."
         ),
-    )  # fmt: skip
-    burn_in_period: int = Field(default=0, ge=0, le=100_000_000, description="Budget units before the first perturbation.")
+    )
+    burn_in_period: int = Field(
+        default=0, ge=0, le=100_000_000, description="Budget units before the first perturbation."
+    )
     quantile_fraction: float = Field(
-        default=0.25, gt=0.0, le=0.5,
+        default=0.25,
+        gt=0.0,
+        le=0.5,
         description="Share of the population at the bottom that clones a trial from the top share of the same size.",
-    )  # fmt: skip
+    )
     resample_probability: float = Field(
-        default=0.25, ge=0.0, le=1.0,
+        default=0.25,
+        ge=0.0,
+        le=1.0,
         description="Chance that an explored value is drawn anew from its distribution instead of perturbed.",
-    )  # fmt: skip
+    )
     perturbation_factors: tuple[float, float] = Field(
         default=(1.2, 0.8), description="A continuous value is multiplied by one of these when perturbed."
     )
     hyperparam_mutations: dict[str, Distribution] | None = Field(
-        default=None, max_length=MAX_SEARCHED_FIELDS,
+        default=None,
+        max_length=MAX_SEARCHED_FIELDS,
         description="Fields PBT perturbs and where it resamples them from; default the whole search space.",
     )
     align: bool = Field(
@@ -74,6 +87,10 @@ class PBTOptions(Strict):
 
 
 class ASHAOptions(Strict):
-    grace_period: int = Field(default=1, ge=1, le=100_000_000, description="Budget units every trial gets before it may be stopped.")
-    reduction_factor: float = Field(default=2.0, gt=1.0, le=1000, description="Only 1/reduction_factor of trials go on at each rung.")
+    grace_period: int = Field(
+        default=1, ge=1, le=100_000_000, description="Budget units every trial gets before it may be stopped."
+    )
+    reduction_factor: float = Field(
+        default=2.0, gt=1.0, le=1000, description="Only 1/reduction_factor of trials go on at each rung."
+    )
     brackets: int = Field(default=1, ge=1, le=10, description="Number of ASHA brackets.")

@@ -35,13 +35,19 @@ class CheckpointSpec(Strict):
         default=None, ge=1, le=100_000_000, description="Also save every N optimizer steps (useful with max_steps)."
     )
     keep: int = Field(
-        default=2, ge=1, le=1000,
+        default=2,
+        ge=1,
+        le=1000,
         description="How many checkpoints to keep: the most recent, or with `score_metric` the best N (the latest is always kept too).",
-    )  # fmt: skip
-    score_metric: str | None = Field(
-        default=None, max_length=200, description="Reported metric that ranks checkpoints for retention, e.g. `val_acc`."
     )
-    score_mode: Literal["min", "max"] = Field(default="max", description="Whether a higher or lower score_metric is better.")
+    score_metric: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Reported metric that ranks checkpoints for retention, e.g. `val_acc`.",
+    )
+    score_mode: Literal["min", "max"] = Field(
+        default="max", description="Whether a higher or lower score_metric is better."
+    )
 
 
 class FailureSpec(Strict):
@@ -52,9 +58,11 @@ class FailureSpec(Strict):
 
 class ReportSpec(Strict):
     every_s: float = Field(
-        default=10.0, ge=0.1, le=86_400,
+        default=10.0,
+        ge=0.1,
+        le=86_400,
         description="The built-in loops report at least this often (seconds), besides epoch ends and checkpoints.",
-    )  # fmt: skip
+    )
     every_n_steps: int | None = Field(
         default=None, ge=1, le=100_000_000, description="Also report every N optimizer steps."
     )
@@ -70,15 +78,15 @@ class TrainSpec(Strict):
     name: str = Field(default="job", pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")
     labels: Labels = Field(default_factory=dict)
 
-    model: ModelSpec | None = Field(
-        default=None, description="A built-in model. Give either this or `entrypoint`."
-    )
+    model: ModelSpec | None = Field(default=None, description="A built-in model. Give either this or `entrypoint`.")
     entrypoint: str | None = Field(
-        default=None, max_length=512,
+        default=None,
+        max_length=512,
         description="User code: 'package.module:function', a Ray Train per-worker loop taking `config`.",
     )
     working_dir: str | None = Field(
-        default=None, max_length=4096,
+        default=None,
+        max_length=4096,
         description=(
             "The directory of the user code. In a YAML file or an SDK call it is a directory on *your* machine "
             "(relative to the YAML file): the CLI and SDK package and upload it and send `code` instead. Sent "
@@ -87,7 +95,9 @@ class TrainSpec(Strict):
         ),
     )
     code: str | None = Field(
-        default=None, pattern=CODE_REF_RE, max_length=71,
+        default=None,
+        pattern=CODE_REF_RE,
+        max_length=71,
         description=(
             "The user code as an uploaded package, `sha256:<hex of the zip>` (PUT /v1/code/{sha256}); it becomes the "
             "job's working directory on the cluster. Set by the CLI and SDK from `working_dir`; not with `working_dir`."
@@ -109,18 +119,27 @@ class TrainSpec(Strict):
     max_steps: int | None = Field(
         default=None, ge=1, le=100_000_000, description="Stop after this many optimizer steps."
     )
-    seed: int = Field(default=0, ge=0, lt=2**32, description="Seed for init, data split and shuffling (0 <= seed < 2**32).")
+    seed: int = Field(
+        default=0, ge=0, lt=2**32, description="Seed for init, data split and shuffling (0 <= seed < 2**32)."
+    )
     priority: int = Field(
-        default=0, ge=-1000, le=1000, description="Queue priority: higher starts first; equal priorities start in arrival order."
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Queue priority: higher starts first; equal priorities start in arrival order.",
     )
     max_runtime_s: float | None = Field(
-        default=None, gt=0, le=MAX_DURATION_S,
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
         description="Fail the job (cause TIMEOUT) if an attempt runs longer than this many seconds (a resume starts a new count).",
     )
     scheduling_timeout_s: float | None = Field(
-        default=None, gt=0, le=MAX_DURATION_S,
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
         description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
-    )  # fmt: skip
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Workers and resources.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
     failure: FailureSpec = Field(default_factory=FailureSpec, description="Retries on worker failure.")
@@ -185,13 +204,17 @@ class TrainSpec(Strict):
         if self.schedule is None:
             return self
         if self.is_user_code:
-            raise ValueError("schedule: the built-in loops apply a schedule; user code reads its own values from `config`")
+            raise ValueError(
+                "schedule: the built-in loops apply a schedule; user code reads its own values from `config`"
+            )
         for i, interval in enumerate(self.schedule.intervals):
             fields = {path.removeprefix("optimizer."): v for path, v in interval.values.items()}
             try:
                 OptimizerSpec.model_validate({**self.optimizer.model_dump(), **fields})
             except ValueError as exc:
-                raise ValueError(f"schedule.intervals.{i}.values: {exc.errors()[0]['loc'][0]} {exc.errors()[0]['msg']}") from None
+                raise ValueError(
+                    f"schedule.intervals.{i}.values: {exc.errors()[0]['loc'][0]} {exc.errors()[0]['msg']}"
+                ) from None
         return self
 
     def _check_model_data(self) -> None:
@@ -219,25 +242,31 @@ class TrainSpec(Strict):
             user_code=self.is_user_code,
         )
         if self.model is not None and gpt is None and par.strategy in MODEL_AWARE_STRATEGIES:
-            problems.append((
-                "parallelism.strategy",
-                f"strategy {par.strategy} splits a transformer's attention heads or layers; "
-                f"model.type {self.model.type} has neither. Use ddp or fsdp, or model.type gpt.",
-            ))
+            problems.append(
+                (
+                    "parallelism.strategy",
+                    f"strategy {par.strategy} splits a transformer's attention heads or layers; "
+                    f"model.type {self.model.type} has neither. Use ddp or fsdp, or model.type gpt.",
+                )
+            )
         if self.is_user_code and not self.default_parallelism and "parallelism" in self.config:
-            problems.append((
-                "config.parallelism",
-                "user code receives the job's parallelism section as config['parallelism']; "
-                "rename your own config key or drop the parallelism section.",
-            ))
+            problems.append(
+                (
+                    "config.parallelism",
+                    "user code receives the job's parallelism section as config['parallelism']; "
+                    "rename your own config key or drop the parallelism section.",
+                )
+            )
         if self.model is None or problems:
             return problems
         if self.batch_size % par.grad_accumulation_steps:
-            problems.append((
-                "parallelism.grad_accumulation_steps",
-                f"batch_size {self.batch_size} does not split into {par.grad_accumulation_steps} "
-                "equal slices. Make batch_size a multiple of grad_accumulation_steps.",
-            ))
+            problems.append(
+                (
+                    "parallelism.grad_accumulation_steps",
+                    f"batch_size {self.batch_size} does not split into {par.grad_accumulation_steps} "
+                    "equal slices. Make batch_size a multiple of grad_accumulation_steps.",
+                )
+            )
         if gpt is not None:
             problems += self._text_batch_problems(gpt)
         return problems
@@ -247,23 +276,27 @@ class TrainSpec(Strict):
         mesh = resolve_mesh(par, self.scaling.max_workers)
         problems: list[tuple[str, str]] = []
         if mesh.pipeline > 1 and self.batch_size % par.pipeline.microbatches:
-            problems.append((
-                "parallelism.pipeline.microbatches",
-                f"batch_size {self.batch_size} does not split into {par.pipeline.microbatches} "
-                "microbatches. Make batch_size a multiple of pipeline.microbatches.",
-            ))
+            problems.append(
+                (
+                    "parallelism.pipeline.microbatches",
+                    f"batch_size {self.batch_size} does not split into {par.pipeline.microbatches} "
+                    "microbatches. Make batch_size a multiple of pipeline.microbatches.",
+                )
+            )
         # One global batch is batch_size rows for each data replica.
         global_batch = self.batch_size * mesh.data
         train_blocks, val_blocks = self.data.block_counts(gpt.seq_len)
         if min(train_blocks, val_blocks) < global_batch:
             need = int(global_batch * gpt.seq_len / 0.1) + gpt.seq_len + 1
-            problems.append((
-                "data.n_chars",
-                f"{self.data.n_chars} characters give {val_blocks} validation windows of "
-                f"{gpt.seq_len}, fewer than one global batch of {global_batch} "
-                f"(batch_size {self.batch_size} x {mesh.data} data replicas). Raise "
-                f"data.n_chars to at least {need} or lower batch_size.",
-            ))
+            problems.append(
+                (
+                    "data.n_chars",
+                    f"{self.data.n_chars} characters give {val_blocks} validation windows of "
+                    f"{gpt.seq_len}, fewer than one global batch of {global_batch} "
+                    f"(batch_size {self.batch_size} x {mesh.data} data replicas). Raise "
+                    f"data.n_chars to at least {need} or lower batch_size.",
+                )
+            )
         return problems
 
     @field_serializer("parallelism")

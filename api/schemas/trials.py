@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+
 class TrialPublic(BaseModel):
     trial_id: str = Field(description="Tune's id of the trial.")
     status: str = Field(description="PENDING, RUNNING, PAUSED, TERMINATED or ERROR (CANCELLED once the job was).")
@@ -18,7 +19,8 @@ class TrialPublic(BaseModel):
     exploits: int = Field(default=0, description="How many times the trial cloned another one (PBT).")
     error: str | None = Field(default=None, description="Why the trial failed, when it did.")
     note: str | None = Field(
-        default=None, description="What to know about the trial that is not a failure, e.g. that PBT cannot carry its loop's weights."
+        default=None,
+        description="What to know about the trial that is not a failure, e.g. that PBT cannot carry its loop's weights.",
     )
 
 
@@ -37,7 +39,9 @@ class ExploitPublic(BaseModel):
     trial_id: str = Field(description="The trial that cloned (the bottom of the population).")
     donor_trial_id: str = Field(description="The trial it cloned weights and hyperparameters from.")
     donor_time: float | None = Field(default=None, description="The donor's epoch or step at its cloned checkpoint.")
-    trial_time: float | None = Field(default=None, description="The cloning trial's own epoch or step when it gave up its run.")
+    trial_time: float | None = Field(
+        default=None, description="The cloning trial's own epoch or step when it gave up its run."
+    )
     donor_metric: float | None = Field(default=None, description="The donor's search metric at that checkpoint.")
     old_config: dict[str, Any] = Field(description="The cloning trial's values before.")
     donor_config: dict[str, Any] = Field(description="The donor's values.")
@@ -46,7 +50,9 @@ class ExploitPublic(BaseModel):
 
 
 class TrialCheckpoint(BaseModel):
-    id: int | None = Field(default=None, description="Id in the job's checkpoint list (GET /v1/jobs/{id}/checkpoints/{cid}/download).")
+    id: int | None = Field(
+        default=None, description="Id in the job's checkpoint list (GET /v1/jobs/{id}/checkpoints/{cid}/download)."
+    )
     path: str = Field(description="Where the checkpoint lives in storage.")
     epoch: int | None = None
     step: int | None = None
@@ -61,4 +67,3 @@ class BestTrialPublic(BaseModel):
     metrics: dict[str, Any] = Field(description="That whole report.")
     final: bool = Field(description="True once the search ended; before, the best so far.")
     checkpoint: TrialCheckpoint | None = Field(default=None, description="Its best checkpoint, once final.")
-

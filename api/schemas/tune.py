@@ -62,16 +62,23 @@ class TuneSpec(Strict):
     name: str = Field(default="search", pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")
     labels: Labels = Field(default_factory=dict)
     priority: int = Field(
-        default=0, ge=-1000, le=1000, description="Queue priority: higher starts first; equal priorities start in arrival order."
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Queue priority: higher starts first; equal priorities start in arrival order.",
     )
     max_runtime_s: float | None = Field(
-        default=None, gt=0, le=MAX_DURATION_S,
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
         description="Fail the search (cause TIMEOUT) if an attempt runs longer than this many seconds.",
     )
     scheduling_timeout_s: float | None = Field(
-        default=None, gt=0, le=MAX_DURATION_S,
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
         description="Fail the search (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
-    )  # fmt: skip
+    )
 
     base: TrainSpec = Field(description="The training spec every trial starts from (a built-in model or user code).")
     search_space: dict[str, Distribution] = Field(
@@ -79,7 +86,7 @@ class TuneSpec(Strict):
         description=(
             "Dotted field paths of `base` (optimizer.lr, batch_size, model.dropout, config.<key> for user code) "
             "mapped to distributions: {type: uniform|loguniform, low, high} or {type: choice|grid, values}."
-        )
+        ),
     )
     algorithm: Literal["random", "grid", "asha", "pbt", "pb2", "bayesian"] = Field(
         default="random",
@@ -92,11 +99,16 @@ class TuneSpec(Strict):
     metric: str = Field(min_length=1, description="Reported metric to optimise, e.g. val_acc or val_loss.")
     mode: Literal["min", "max"] = Field(description="Whether a lower (min) or higher (max) metric is better.")
     num_trials: int | None = Field(
-        default=None, ge=1, le=MAX_TRIALS,
+        default=None,
+        ge=1,
+        le=MAX_TRIALS,
         description="Trials in all (the PBT population). Default: the grid size with grid entries, else 4.",
-    )  # fmt: skip
+    )
     max_concurrent_trials: int | None = Field(
-        default=None, ge=1, le=MAX_TRIALS, description="Trials running at once; default all of them. Checked against the cluster."
+        default=None,
+        ge=1,
+        le=MAX_TRIALS,
+        description="Trials running at once; default all of them. Checked against the cluster.",
     )
     budget: TrialBudget | None = Field(
         default=None,
@@ -107,10 +119,14 @@ class TuneSpec(Strict):
         ),
     )
     driver_cpus_per_trial: float = Field(
-        default=1.0, gt=0.0, le=64,
+        default=1.0,
+        gt=0.0,
+        le=64,
         description="CPUs held by each trial's driver (the Tune trainable that runs its TorchTrainer), on top of base.scaling.",
-    )  # fmt: skip
-    seed: int | None = Field(default=None, ge=0, lt=2**32, description="Seed for sampling and PBT's choices (reproducible searches).")
+    )
+    seed: int | None = Field(
+        default=None, ge=0, lt=2**32, description="Seed for sampling and PBT's choices (reproducible searches)."
+    )
     pbt: PBTOptions | None = Field(default=None, description="Options of algorithm pbt and pb2.")
     asha: ASHAOptions | None = Field(default=None, description="Options of algorithm asha.")
 
@@ -217,11 +233,13 @@ class TuneSpec(Strict):
         if self.base.schedule is not None:
             problems.append(("base.schedule", BASE_SCHEDULE_PROBLEM))
         if not self.search_space:
-            return problems + [(
-                "search_space",
-                "the search space is empty; give at least one field to search, "
-                "e.g. {optimizer.lr: {type: loguniform, low: 0.0001, high: 0.1}}",
-            )]
+            return problems + [
+                (
+                    "search_space",
+                    "the search space is empty; give at least one field to search, "
+                    "e.g. {optimizer.lr: {type: loguniform, low: 0.0001, high: 0.1}}",
+                )
+            ]
         for path in self.search_space:
             if (why := self._path_problem(path)) is not None:
                 problems.append((f"search_space.{path}", why))
@@ -237,21 +255,27 @@ class TuneSpec(Strict):
         if self.algorithm == "grid" and not grid:
             problems.append(("search_space", "algorithm grid needs at least one {type: grid, values: [...]} entry"))
         if self.algorithm == "bayesian" and grid:
-            problems.append((f"search_space.{grid[0]}", "bayesian search samples; it cannot run a grid. Use type choice"))
+            problems.append(
+                (f"search_space.{grid[0]}", "bayesian search samples; it cannot run a grid. Use type choice")
+            )
         if grid and self.grid_size > MAX_TRIALS:
-            return problems + [(
-                "search_space",
-                f"the grid has {self.grid_size} points, more than the {MAX_TRIALS} trials a search may run; "
-                "use fewer grid values or type choice",
-            )]
+            return problems + [
+                (
+                    "search_space",
+                    f"the grid has {self.grid_size} points, more than the {MAX_TRIALS} trials a search may run; "
+                    "use fewer grid values or type choice",
+                )
+            ]
         if self.num_trials is None:
             self.num_trials = self.grid_size if grid else 4
         elif grid and self.num_trials % self.grid_size:
-            problems.append((
-                "num_trials",
-                f"the grid has {self.grid_size} points; num_trials ({self.num_trials}) must be a multiple of it "
-                f"(each point runs num_trials / {self.grid_size} times), or leave it out",
-            ))
+            problems.append(
+                (
+                    "num_trials",
+                    f"the grid has {self.grid_size} points; num_trials ({self.num_trials}) must be a multiple of it "
+                    f"(each point runs num_trials / {self.grid_size} times), or leave it out",
+                )
+            )
         if self.max_concurrent_trials is None:
             self.max_concurrent_trials = self.num_trials
 
@@ -264,18 +288,22 @@ class TuneSpec(Strict):
         if self.algorithm == "asha" and self.budget is not None:
             self.asha = self.asha or ASHAOptions()
             if self.asha.grace_period >= self.budget.amount:
-                problems.append((
-                    "asha.grace_period",
-                    f"{self.asha.grace_period} leaves no room to stop a trial early in a budget of "
-                    f"{self.budget.amount} {self.budget.unit}s; lower it or raise the budget",
-                ))
+                problems.append(
+                    (
+                        "asha.grace_period",
+                        f"{self.asha.grace_period} leaves no room to stop a trial early in a budget of "
+                        f"{self.budget.amount} {self.budget.unit}s; lower it or raise the budget",
+                    )
+                )
         if not self.base.is_user_code and self.base.model is not None and self.base.model.type in ("mlp", "cnn"):
             if self.metric not in CLASSIFIER_METRICS:
-                problems.append((
-                    "metric",
-                    f"model.type {self.base.model.type} reports {', '.join(CLASSIFIER_METRICS)}; "
-                    f"it never reports {self.metric!r}",
-                ))
+                problems.append(
+                    (
+                        "metric",
+                        f"model.type {self.base.model.type} reports {', '.join(CLASSIFIER_METRICS)}; "
+                        f"it never reports {self.metric!r}",
+                    )
+                )
         return problems
 
     def _population_problems(self) -> list[tuple[str, str]]:
@@ -287,29 +315,35 @@ class TuneSpec(Strict):
             fix = f"Raise num_trials to at least {need}"
             if n >= 2:
                 fix += f" or pbt.quantile_fraction to at least {math.ceil(100 / n) / 100:g}"
-            problems.append((
-                "num_trials",
-                f"a population of {n} is too small for PBT: quantile_fraction {q:g} of it is {n * q:g} trials, "
-                f"and the bottom quantile must hold at least one trial to clone one of the top. {fix}",
-            ))
+            problems.append(
+                (
+                    "num_trials",
+                    f"a population of {n} is too small for PBT: quantile_fraction {q:g} of it is {n * q:g} trials, "
+                    f"and the bottom quantile must hold at least one trial to clone one of the top. {fix}",
+                )
+            )
         if self.pbt.perturbation_interval is None:
             # Without a budget the loop's length is unknown: compare the population at every report.
             self.pbt.perturbation_interval = max(1, self.budget.amount // 4) if self.budget else 1
         if self.budget is not None:
             if self.pbt.perturbation_interval >= self.budget.amount:
-                problems.append((
-                    "pbt.perturbation_interval",
-                    f"{self.pbt.perturbation_interval} is not below the trial budget of {self.budget.amount} "
-                    f"{self.budget.unit}s, so no trial would ever be perturbed; lower it or raise the budget",
-                ))
+                problems.append(
+                    (
+                        "pbt.perturbation_interval",
+                        f"{self.pbt.perturbation_interval} is not below the trial budget of {self.budget.amount} "
+                        f"{self.budget.unit}s, so no trial would ever be perturbed; lower it or raise the budget",
+                    )
+                )
         if self.algorithm == "pb2":
             for path, dist in self.mutations.items():
                 if not isinstance(dist, CONTINUOUS):
-                    problems.append((
-                        f"search_space.{path}",
-                        f"pb2 explores continuous values only and this is a {dist.type}; "
-                        "use algorithm pbt, or fix the value in base",
-                    ))
+                    problems.append(
+                        (
+                            f"search_space.{path}",
+                            f"pb2 explores continuous values only and this is a {dist.type}; "
+                            "use algorithm pbt, or fix the value in base",
+                        )
+                    )
         return problems
 
     def _path_problem(self, path: str) -> str | None:

@@ -17,7 +17,9 @@ def train(config):
     if (ckpt := ray.train.get_checkpoint()) is not None:
         with ckpt.as_directory() as d:
             state = torch.load(os.path.join(d, "state.pt"))
-        model.module.load_state_dict(state["model"]) if hasattr(model, "module") else model.load_state_dict(state["model"])
+        model.module.load_state_dict(state["model"]) if hasattr(model, "module") else model.load_state_dict(
+            state["model"]
+        )
         start = state["step"]
     w_true = torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
     for step in range(start, config.get("steps", 20)):

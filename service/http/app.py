@@ -45,7 +45,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.add_middleware(
-        RequestGuard, hosts=allowed_hosts(settings), max_body_bytes=settings.max_request_bytes, own_limit_prefixes=("/v1/code/",)
+        RequestGuard,
+        hosts=allowed_hosts(settings),
+        max_body_bytes=settings.max_request_bytes,
+        own_limit_prefixes=("/v1/code/",),
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
@@ -101,7 +104,9 @@ def _maybe_stop_head(runtime: Runtime) -> None:
     """Stop the local head on shutdown unless a job has not ended (it may train on the head,
     and outlives us): one indexed probe, whatever the history holds."""
     with runtime.service.sessions() as s:
-        unended = s.scalar(select(JobRow.id).where(JobRow.status.in_([x.value for x in JobStatus if not x.is_terminal()])).limit(1))
+        unended = s.scalar(
+            select(JobRow.id).where(JobRow.status.in_([x.value for x in JobStatus if not x.is_terminal()])).limit(1)
+        )
     if unended is not None:
         log.warning("leaving the local Ray head (pid %s) running: jobs are still active", runtime.head.pid)
         return
@@ -130,7 +135,11 @@ async def cluster_unavailable(_: Request, exc: ClusterUnavailable) -> JSONRespon
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
-    return _body(RaydockError("The server failed on this request; it is logged on the server.", code="internal_error", status=500))
+    return _body(
+        RaydockError(
+            "The server failed on this request; it is logged on the server.", code="internal_error", status=500
+        )
+    )
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -164,7 +173,10 @@ def validation_error(exc: RequestValidationError, *, spec: bool) -> InvalidSpec:
     errs = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errs):
         ctx = errs[0].get("ctx", {})
-        return InvalidSpec(f"The request body is not valid JSON: {ctx.get('error', 'parse error')}. Send a JSON object.", code="invalid_json")
+        return InvalidSpec(
+            f"The request body is not valid JSON: {ctx.get('error', 'parse error')}. Send a JSON object.",
+            code="invalid_json",
+        )
     details = [{"loc": _loc(e), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errs]
     summary = "; ".join(f"{d['loc']}: {d['msg']}" for d in details[:5])
     if spec and all(_in_body(e) for e in errs):

@@ -54,12 +54,19 @@ Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]
 
 JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
-TrialId = Annotated[str, Path(pattern=ID_PATTERN, description="The trial id (as listed by GET /v1/jobs/{job_id}/trials).")]
-CheckpointId = Annotated[int, Path(ge=0, le=INT64_MAX, description="The checkpoint id (as listed by GET /v1/jobs/{job_id}/checkpoints).")]
+TrialId = Annotated[
+    str, Path(pattern=ID_PATTERN, description="The trial id (as listed by GET /v1/jobs/{job_id}/trials).")
+]
+CheckpointId = Annotated[
+    int, Path(ge=0, le=INT64_MAX, description="The checkpoint id (as listed by GET /v1/jobs/{job_id}/checkpoints).")
+]
 Since = Annotated[int, Query(ge=-1, le=INT64_MAX, description="Only entries with seq > since; -1 for all.")]
 Offset = Annotated[int, Query(ge=0, le=INT64_MAX, description="Characters (logs) or items (lists) to skip.")]
 Cursor = Annotated[
-    str | None, Query(max_length=MAX_CURSOR_CHARS, description="The `next` of the previous page; leave out to start at the newest.")
+    str | None,
+    Query(
+        max_length=MAX_CURSOR_CHARS, description="The `next` of the previous page; leave out to start at the newest."
+    ),
 ]
 
 
@@ -82,7 +89,9 @@ def token_matches(token: str | None, expected: str | None) -> bool:
     return secrets.compare_digest(token.encode(), expected.encode())
 
 
-async def require_token(settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_token(
+    settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
     """The API token check, mounted on /v1 only when RAYDOCK_API_TOKEN is set (so the
     OpenAPI document names the bearer scheme exactly when the server asks for it)."""
     if credentials is None or not token_matches(credentials.credentials.strip(), settings.api_token):

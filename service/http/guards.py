@@ -59,7 +59,14 @@ class RequestGuard:
     """``own_limit_prefixes``: paths whose route counts its body against a cap of its
     own as the bytes arrive (a code package upload, ``service/code_packages.py``)."""
 
-    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None, max_body_bytes: int, own_limit_prefixes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hosts: frozenset[str] | None,
+        max_body_bytes: int,
+        own_limit_prefixes: tuple[str, ...] = (),
+    ) -> None:
         self.app, self.hosts, self.limit, self.own_limit = app, hosts, max_body_bytes, own_limit_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -110,7 +117,9 @@ class RequestGuard:
         length = headers.get("content-length")
         if length is not None:
             if not length.isdigit():
-                return RaydockError("Content-Length must be a non-negative integer.", code="invalid_request", status=400)
+                return RaydockError(
+                    "Content-Length must be a non-negative integer.", code="invalid_request", status=400
+                )
             if limited and int(length) > self.limit:
                 return too_large(self.limit)
         return None

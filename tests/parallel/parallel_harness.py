@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
 from trainers.parallel import build_mesh, parallelize
-from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 
 multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "trainers.parallel", __name__])
 
@@ -99,9 +99,7 @@ def _entry(rank, world_size, port, out_dir, backend, fn, args):
     os.environ["MASTER_PORT"] = str(port)
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(
-        backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60)
-    )
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
         result = fn(rank, world_size, *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -126,7 +124,4 @@ def run_workers(fn, world_size: int, *args, backend: str = "gloo", timeout_s: fl
                     if p.is_alive():
                         p.kill()
                 raise TimeoutError(f"{fn.__name__} did not finish within {timeout_s}s")
-        return [
-            torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False)
-            for r in range(world_size)
-        ]
+        return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]

@@ -81,7 +81,10 @@ def test_fp32_and_bf16_classifier_checkpoints_share_one_format_and_resume_exactl
     for meta in (fp32["meta"], bf16["meta"]):
         assert meta["format"] == checkpoint.FORMAT
         assert (meta["step"], meta["epoch"], meta["world_size"], meta["strategy"]) == (SAVE_AT, 0, 2, "ddp")
-        assert meta["hyperparameters"] == {"optimizer": {"name": "adam", "lr": 1e-2, "weight_decay": 0.0, "momentum": 0.0}, "batch_size": 32}
+        assert meta["hyperparameters"] == {
+            "optimizer": {"name": "adam", "lr": 1e-2, "weight_decay": 0.0, "momentum": 0.0},
+            "batch_size": 32,
+        }
 
     for r in results:
         for precision in ("fp32", "bf16"):

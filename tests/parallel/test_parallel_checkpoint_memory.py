@@ -5,10 +5,10 @@ import torch
 
 from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, GLOBAL_BATCH, SEED, dataset, make_optimizer, run_workers
-from trainers.models.gpt import build_gpt
 from trainers.checkpoint import load_shards, save_shards
-from trainers.parallel import build_mesh, parallelize
 from trainers.data.text import batch_at
+from trainers.models.gpt import build_gpt
+from trainers.parallel import build_mesh, parallelize
 
 
 def _train(pm, steps):

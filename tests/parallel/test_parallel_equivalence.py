@@ -20,9 +20,9 @@ from tests.parallel.parallel_harness import (
     train_specs_worker,
     val_batch,
 )
+from trainers.data.text import batch_at
 from trainers.models.gpt import build_gpt, lm_loss
 from trainers.parallel import build_mesh, parallelize
-from trainers.data.text import batch_at
 
 STEPS = 20
 TOL = 1e-4

@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from tests.parallel.parallel_harness import CFG
-from trainers.models.gpt import GPTConfig, build_gpt, lm_loss
-from trainers.models.gpt import split_gpt_for_stage
 from trainers.data.text import VOCAB_SIZE, batch_at, decode, encode, generate_text, grammar_dataset
+from trainers.models.gpt import GPTConfig, build_gpt, lm_loss, split_gpt_for_stage
 
 
 def test_same_seed_same_weights_without_touching_global_rng():

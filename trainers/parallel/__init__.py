@@ -105,9 +105,7 @@ def parallelize(
     parallelism split the model; by default the one registered for its class.
     """
     if mesh.mesh_dim_names != MESH_DIMS:
-        raise ValueError(
-            f"mesh must have dimensions {MESH_DIMS}; build it with build_mesh"
-        )
+        raise ValueError(f"mesh must have dimensions {MESH_DIMS}; build it with build_mesh")
     cfg = getattr(model, "config", None)
     errors = validate_parallelism(
         spec,
@@ -128,6 +126,4 @@ def parallelize(
         )
     if plan is None:
         plan = plan_for(model)
-    return _STRATEGIES[spec.strategy](
-        model, mesh, spec, optimizer_factory, loss_fn, plan
-    )
+    return _STRATEGIES[spec.strategy](model, mesh, spec, optimizer_factory, loss_fn, plan)

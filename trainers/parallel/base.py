@@ -131,12 +131,8 @@ class ParallelModel:
         broadcast_from_data_rank0(model, self.mesh)
         return model
 
-    def _build_optimizer(
-        self, optimizer_factory: OptimizerFactory
-    ) -> torch.optim.Optimizer:
-        return optimizer_factory(
-            [p for p in self.module.parameters() if p.requires_grad]
-        )
+    def _build_optimizer(self, optimizer_factory: OptimizerFactory) -> torch.optim.Optimizer:
+        return optimizer_factory([p for p in self.module.parameters() if p.requires_grad])
 
     @property
     def bytes_communicated(self) -> int:
@@ -154,9 +150,7 @@ class ParallelModel:
         CPU-GPU sync, so a loop can average a window of them once (:meth:`mean_loss`)."""
         k = self.spec.grad_accumulation_steps
         micro_inputs = split_batch(inputs.to(self.device), k, "grad_accumulation_steps")
-        micro_targets = split_batch(
-            targets.to(self.device), k, "grad_accumulation_steps"
-        )
+        micro_targets = split_batch(targets.to(self.device), k, "grad_accumulation_steps")
         self.module.train()
         loss_sum = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(zip(micro_inputs, micro_targets)):
@@ -186,9 +180,7 @@ class ParallelModel:
         self.module.eval()
         try:
             with self.autocast():
-                loss = self.loss_fn(
-                    self.module(inputs.to(self.device)), targets.to(self.device)
-                )
+                loss = self.loss_fn(self.module(inputs.to(self.device)), targets.to(self.device))
         finally:
             self.module.train()
         return self._data_mean(loss.detach().float())
@@ -254,9 +246,7 @@ class ParallelModel:
         # "param_groups.<name>.lr"). The nested form has one "param_groups" list per
         # worker under the same key, which a checkpoint keeps only one copy of; that
         # breaks as soon as workers hold different parameters (pipeline stages).
-        model_sd, optim_sd = get_state_dict(
-            self.module, self.optimizer, options=_FLAT_OPTIM
-        )
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=_FLAT_OPTIM)
         sd = {"model": model_sd, "optimizer": optim_sd, "step": self.step}
         if self.scaler is not None:
             sd["scaler"] = self.scaler.state_dict()
@@ -288,9 +278,7 @@ class ParallelModel:
     def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load unsharded weights (e.g. from a single-process run); every worker passes them."""
         # A copy: loading renames the keys of the dict it is given (e.g. DDP's "module." prefix).
-        set_model_state_dict(
-            self.module, dict(sd), options=StateDictOptions(full_state_dict=True)
-        )
+        set_model_state_dict(self.module, dict(sd), options=StateDictOptions(full_state_dict=True))
 
     # -- accounting ----------------------------------------------------------------
 
@@ -344,6 +332,4 @@ def broadcast_from_data_rank0(module: nn.Module, mesh: DeviceMesh) -> None:
         return
     with torch.no_grad():
         for t in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(
-                local_tensor(t.data), group=data_mesh.get_group(), group_src=0
-            )
+            dist.broadcast(local_tensor(t.data), group=data_mesh.get_group(), group_src=0)

@@ -96,11 +96,7 @@ class DDPModel(ParallelModel):
         compression = self.spec.grad_compression
         self._grad_bytes = 0
         if compression == "none":
-            self._grad_bytes = sum(
-                p.numel() * p.element_size()
-                for p in ddp.parameters()
-                if p.requires_grad
-            )
+            self._grad_bytes = sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad)
             return ddp
         powersgd = None
         if compression == "powersgd":
@@ -109,9 +105,7 @@ class DDPModel(ParallelModel):
                 matrix_approximation_rank=POWERSGD_RANK,
                 start_powerSGD_iter=POWERSGD_START_ITER,
             )
-        ddp.register_comm_hook(
-            _HookState(self.data_group, self.comm, powersgd), _HOOKS[compression]
-        )
+        ddp.register_comm_hook(_HookState(self.data_group, self.comm, powersgd), _HOOKS[compression])
         return ddp
 
     @contextlib.contextmanager

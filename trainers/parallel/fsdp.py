@@ -47,9 +47,7 @@ class FSDPModel(ParallelModel):
         data_mesh = self.mesh["data"]
         blocks = getattr(model, "blocks", None)
         if isinstance(blocks, (nn.ModuleDict, nn.ModuleList)):
-            for block in (
-                blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks
-            ):
+            for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
                 fully_shard(block, mesh=data_mesh)
         fully_shard(model, mesh=data_mesh)
         self._grad_bytes = sum(p.numel() * 4 for p in model.parameters())

@@ -91,9 +91,7 @@ class ParameterServerModel(ParallelModel):
                 )
                 for name, group in zip(names, self.groups)
             ]
-            ray.get(
-                [s.stats.remote() for s in servers]
-            )  # up before anyone looks them up
+            ray.get([s.stats.remote() for s in servers])  # up before anyone looks them up
         dist.barrier()
         if dist.get_rank() != 0:
             servers = [ray.get_actor(name) for name in names]
@@ -126,9 +124,7 @@ class ParameterServerModel(ParallelModel):
                 else:
                     grads.append(p.grad.detach().cpu())
             self.comm.bytes += sum(g.nbytes for g in grads)
-            refs.append(
-                self.servers[i].push.remote(self.data_rank, grads, self.versions[i])
-            )
+            refs.append(self.servers[i].push.remote(self.data_rank, grads, self.versions[i]))
         return ray.get(refs)
 
     # -- the training step ----------------------------------------------------------
@@ -139,11 +135,7 @@ class ParameterServerModel(ParallelModel):
         self.module.zero_grad(set_to_none=True)
         self.step += 1
         # Sync servers have just stepped, so every copy is one update behind.
-        stale = [
-            i
-            for i, v in enumerate(server_versions)
-            if v - self.versions[i] > self.staleness
-        ]
+        stale = [i for i, v in enumerate(server_versions) if v - self.versions[i] > self.staleness]
         self._pull(stale)
 
     def before_evaluate(self) -> dict[str, Any]:
@@ -171,16 +163,8 @@ class ParameterServerModel(ParallelModel):
         state: dict = {}
         for part in ray.get([s.get_state.remote() for s in self.servers]):
             state.update(part)
-        model = {
-            k.removeprefix("model."): v
-            for k, v in state.items()
-            if k.startswith("model.")
-        }
-        optim = {
-            k.removeprefix("optimizer."): v
-            for k, v in state.items()
-            if k.startswith("optimizer.")
-        }
+        model = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+        optim = {k.removeprefix("optimizer."): v for k, v in state.items() if k.startswith("optimizer.")}
         return {"model": model, "optimizer": optim, "step": self.step}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -190,13 +174,7 @@ class ParameterServerModel(ParallelModel):
             for server, group in zip(self.servers, self.groups):
                 part = {f"model.{n}": sd["model"][n] for n in group}
                 prefixes = tuple(f"{n}." for n in group)
-                part.update(
-                    {
-                        f"optimizer.{k}": v
-                        for k, v in sd["optimizer"].items()
-                        if k.startswith(prefixes)
-                    }
-                )
+                part.update({f"optimizer.{k}": v for k, v in sd["optimizer"].items() if k.startswith(prefixes)})
                 calls.append(server.set_state.remote(part))
             ray.get(calls)
         self.step = int(sd["step"])
@@ -206,9 +184,7 @@ class ParameterServerModel(ParallelModel):
         self.refresh()
         if dist.get_rank() != 0:
             return {}
-        return {
-            k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()
-        }
+        return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
 
     def load_full_model_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Hand plain weights to the servers (their optimizer state stays); every worker
@@ -234,7 +210,5 @@ def parallelize_parameter_server(
     if mesh["pipeline"].size() > 1 or mesh["tensor"].size() > 1:
         raise ValueError("strategy parameter_server uses a data axis only")
     if not ray.is_initialized():
-        raise RuntimeError(
-            "strategy parameter_server runs its servers as Ray actors: call it inside a Ray worker"
-        )
+        raise RuntimeError("strategy parameter_server runs its servers as Ray actors: call it inside a Ray worker")
     return ParameterServerModel(model, mesh, spec, optimizer_factory, loss_fn, plan)

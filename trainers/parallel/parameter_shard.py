@@ -54,9 +54,7 @@ class ParameterShard:
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
 
-    async def push(
-        self, worker: int, grads: list[torch.Tensor], base_version: int
-    ) -> int:
+    async def push(self, worker: int, grads: list[torch.Tensor], base_version: int) -> int:
         """Take a worker's gradient (computed on weights ``base_version``); return the version."""
         async with self.changed:
             self.max_ahead = max(self.max_ahead, self.clocks[worker] - min(self.clocks))
@@ -75,18 +73,14 @@ class ParameterShard:
                 else:
                     await self.changed.wait_for(lambda: self.version > base_version)
                 return self.version
-            self.max_grad_staleness = max(
-                self.max_grad_staleness, self.version - base_version
-            )
+            self.max_grad_staleness = max(self.max_grad_staleness, self.version - base_version)
             # Each worker's gradient is an estimate of the same mean gradient the sync
             # mode averages; scaling by 1/N keeps an update per round of the same size.
             self._apply([g / self.num_workers for g in grads])
             self.changed.notify_all()
             mine = self.clocks[worker]
             # Stale-synchronous: run at most `staleness` steps ahead of the slowest worker.
-            await self.changed.wait_for(
-                lambda: mine - min(self.clocks) <= self.staleness
-            )
+            await self.changed.wait_for(lambda: mine - min(self.clocks) <= self.staleness)
             return self.version
 
     def pull(self) -> tuple[int, list[torch.Tensor]]:
@@ -101,10 +95,7 @@ class ParameterShard:
 
     def hyperparameters(self) -> list[dict]:
         """The optimizer's param groups without their parameters (lr, weight decay, ...)."""
-        return [
-            {k: v for k, v in g.items() if k != "params"}
-            for g in self.optimizer.param_groups
-        ]
+        return [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Overwrite the weights (optimizer state stays as it is)."""
@@ -116,9 +107,7 @@ class ParameterShard:
         """Weights and optimizer state, keyed by parameter name."""
         if not self.optimizer.state:
             self._materialise_optimizer_state()
-        state = {
-            f"model.{n}": p.detach().clone() for n, p in zip(self.names, self.params)
-        }
+        state = {f"model.{n}": p.detach().clone() for n, p in zip(self.names, self.params)}
         for n, p in zip(self.names, self.params):
             for key, value in self.optimizer.state[p].items():
                 if value is not None:  # e.g. SGD without momentum keeps no buffer
@@ -132,9 +121,7 @@ class ParameterShard:
                 p.copy_(state[f"model.{n}"])
                 for key, value in list(self.optimizer.state[p].items()):
                     if value is not None:
-                        self.optimizer.state[p][key] = state[
-                            f"optimizer.{n}.{key}"
-                        ].clone()
+                        self.optimizer.state[p][key] = state[f"optimizer.{n}.{key}"].clone()
 
     def _materialise_optimizer_state(self) -> None:
         # A checkpoint is loaded into tensors of the right shape, so a server that has not

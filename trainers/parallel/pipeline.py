@@ -61,11 +61,7 @@ class PipelineParallelModel(ParallelModel):
                 self.device,
                 group=self.pp_group,
             )
-            schedule_cls = (
-                ScheduleGPipe
-                if self.spec.pipeline.schedule == "gpipe"
-                else Schedule1F1B
-            )
+            schedule_cls = ScheduleGPipe if self.spec.pipeline.schedule == "gpipe" else Schedule1F1B
             self._schedules[key] = schedule_cls(
                 stage,
                 n_microbatches=self.spec.pipeline.microbatches,
@@ -92,9 +88,7 @@ class PipelineParallelModel(ParallelModel):
             self.module.train()
         return self.mean_loss(self._stage_loss(losses))
 
-    def _run(
-        self, schedule_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor
-    ) -> list[torch.Tensor]:
+    def _run(self, schedule_fn: Callable, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
         split_batch(inputs, self.spec.pipeline.microbatches, "pipeline.microbatches")
         # Only the first stage reads the tokens and only the last the targets; the
         # schedule cuts both into microbatches itself.

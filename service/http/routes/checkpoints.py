@@ -17,7 +17,10 @@ class GzipResponse(StreamingResponse):
 
 
 @router.get(
-    "/jobs/{job_id}/checkpoints", response_model=list[CheckpointPublic], operation_id="list_checkpoints", responses=errors(404, 422)
+    "/jobs/{job_id}/checkpoints",
+    response_model=list[CheckpointPublic],
+    operation_id="list_checkpoints",
+    responses=errors(404, 422),
 )
 def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
     return jobs.checkpoints(job_id)
@@ -27,7 +30,10 @@ def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
     "/jobs/{job_id}/checkpoints/{checkpoint_id}/download",
     response_class=GzipResponse,
     operation_id="download_checkpoint",
-    responses={200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}}, **errors(404, 422)},
+    responses={
+        200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}},
+        **errors(404, 422),
+    },
 )
 def download_checkpoint(jobs: Jobs, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
     """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory)."""

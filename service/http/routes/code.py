@@ -16,7 +16,12 @@ from service.http.openapi import errors
 
 router = APIRouter(tags=["code"])
 
-Sha256 = Annotated[str, Path(pattern=SHA256_RE, min_length=64, max_length=64, description="The sha256 of the zip, 64 lowercase hex digits.")]
+Sha256 = Annotated[
+    str,
+    Path(
+        pattern=SHA256_RE, min_length=64, max_length=64, description="The sha256 of the zip, 64 lowercase hex digits."
+    ),
+]
 ZIP_BODY = {
     "requestBody": {
         "required": True,
@@ -51,7 +56,11 @@ async def put_code(code: Code, sha256: Sha256, request: Request, response: Respo
     try:
         stored = await code.receive(sha256, int(length) if length and length.isdigit() else None, request.stream())
     except ClientDisconnect:  # the client went away mid-body; nothing was stored
-        raise RaydockError("The upload was cut off before its end; nothing was stored. Upload again.", code="upload_incomplete", status=400) from None
+        raise RaydockError(
+            "The upload was cut off before its end; nothing was stored. Upload again.",
+            code="upload_incomplete",
+            status=400,
+        ) from None
     if not stored.created:
         response.status_code = 200
     return stored.package
@@ -63,7 +72,11 @@ def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
     return code.get(sha256)
 
 
-@router.head("/code/{sha256}", operation_id="head_code", responses={200: {"description": "Stored."}, 404: {"description": "Not stored."}})
+@router.head(
+    "/code/{sha256}",
+    operation_id="head_code",
+    responses={200: {"description": "Stored."}, 404: {"description": "Not stored."}},
+)
 def head_code(code: Code, sha256: Sha256) -> Response:
     """200 when the server has the package (its retention restarts), 404 when it must be uploaded."""
     # No body, as for any HEAD; the type says what a GET would answer.

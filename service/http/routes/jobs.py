@@ -32,7 +32,13 @@ SPEC_EXAMPLES = {
     },
     "gpt": {
         "summary": "The built-in GPT on the generated character corpus, FSDP on 2 workers",
-        "value": {"name": "gpt-fsdp", "model": {"type": "gpt"}, "max_steps": 50, "parallelism": {"strategy": "fsdp"}, "scaling": {"num_workers": 2}},
+        "value": {
+            "name": "gpt-fsdp",
+            "model": {"type": "gpt"},
+            "max_steps": 50,
+            "parallelism": {"strategy": "fsdp"},
+            "scaling": {"num_workers": 2},
+        },
     },
 }
 
@@ -53,7 +59,8 @@ async def submit_job(
     spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     response: Response,
     idempotency_key: Annotated[
-        str | None, Header(max_length=200, description="Retries with the same key return the same job instead of a new one.")
+        str | None,
+        Header(max_length=200, description="Retries with the same key return the same job instead of a new one."),
     ] = None,
 ) -> JobPublic:
     """Record a job and queue it; it starts on the cluster as soon as it fits."""
@@ -79,7 +86,12 @@ def list_jobs(
     return jobs.list(status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
 
 
-@router.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={200: job_response("The job."), **errors(404, 422)})
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobPublic,
+    operation_id="get_job",
+    responses={200: job_response("The job."), **errors(404, 422)},
+)
 async def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
     return await jobs.read(job_id)  # on the event loop: a point read (service/job_records.py)
 
@@ -92,12 +104,16 @@ def cancel_jobs(jobs: Jobs, body: CancelJobs) -> CancelledJobs:
     return jobs.cancel_many(body.ids)
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422))
+@router.post(
+    "/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422)
+)
 def cancel_job(jobs: Jobs, job_id: JobId) -> JobPublic:
     return jobs.cancel(job_id)
 
 
-@router.post("/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(404, 409, 422))
+@router.post(
+    "/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(404, 409, 422)
+)
 def resume_job(jobs: Jobs, job_id: JobId) -> JobPublic:
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
     return jobs.resume(job_id)

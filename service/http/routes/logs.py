@@ -20,7 +20,9 @@ STREAM_POLL_S = 0.2
 TEXT = "text/plain; charset=utf-8"
 
 
-@router.get("/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422))
+@router.get(
+    "/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422)
+)
 def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0) -> Response:
     """The job's driver log (all workers' output) from character `offset` on. `follow=true` streams
     until the job ends. A log over RAYDOCK_MAX_LOG_BYTES keeps its head and tail; a line in between

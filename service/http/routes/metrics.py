@@ -24,20 +24,27 @@ _POINTS = TypeAdapter(list[MetricPoint])
 
 Limit = Annotated[
     int | None,
-    Query(ge=1, le=series.PAGE_MAX, description=f"Most reports in the page (default {series.PAGE_DEFAULT}); the `Link` header (rel=next) names the next page."),
+    Query(
+        ge=1,
+        le=series.PAGE_MAX,
+        description=f"Most reports in the page (default {series.PAGE_DEFAULT}); the `Link` header (rel=next) names the next page.",
+    ),
 ]
 MaxPoints = Annotated[
     int | None,
     Query(
-        ge=2, le=series.POINTS_MAX,
+        ge=2,
+        le=series.POINTS_MAX,
         description="Downsample the reports after `since` (the next `limit` of them when given, else all) to at most this many "
         "points for a chart: the first report, then buckets of consecutive reports, each as its last report with `points`, "
         "`first_seq`, `metrics_min` and `metrics_max`.",
     ),
-]  # fmt: skip
+]
 
 
-@router.get("/jobs/{job_id}/metrics", response_model=list[MetricPoint], operation_id="get_metrics", responses=errors(404, 422))
+@router.get(
+    "/jobs/{job_id}/metrics", response_model=list[MetricPoint], operation_id="get_metrics", responses=errors(404, 422)
+)
 def get_metrics(
     jobs: Jobs, job_id: JobId, request: Request, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
 ) -> Response:
@@ -58,7 +65,10 @@ def _json(points: list[MetricPoint], headers: dict[str, str]) -> Response:
 
 
 @router.get(
-    "/jobs/{job_id}/metrics/stream", response_class=EventSourceResponse, operation_id="stream_metrics", responses=errors(404, 422)
+    "/jobs/{job_id}/metrics/stream",
+    response_class=EventSourceResponse,
+    operation_id="stream_metrics",
+    responses=errors(404, 422),
 )
 async def stream_metrics(jobs: Jobs, job_id: ExistingJobId, since: Since = -1) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events: one `metric` event per report, then an `end` event when the job

@@ -33,7 +33,12 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("last_drop_reason", sa.Text(), nullable=True))
     # Tokens were stored in clear: keep running jobs' tokens valid, stored hashed.
     conn = op.get_bind()
-    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("events_token", sa.String), sa.column("events_token_hash", sa.String))
+    jobs = sa.table(
+        "jobs",
+        sa.column("id", sa.String),
+        sa.column("events_token", sa.String),
+        sa.column("events_token_hash", sa.String),
+    )
     for job_id, token in conn.execute(sa.select(jobs.c.id, jobs.c.events_token)).all():
         if token:
             digest = hashlib.sha256(token.encode()).hexdigest()

@@ -48,7 +48,12 @@ def _upgrade_jobs() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_job_labels_key_value_created", "job_labels", ["key", "value", "created_at", "job_id"])
-    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("labels", sa.JSON), sa.column("created_at", sa.DateTime(timezone=True)))
+    jobs = sa.table(
+        "jobs",
+        sa.column("id", sa.String),
+        sa.column("labels", sa.JSON),
+        sa.column("created_at", sa.DateTime(timezone=True)),
+    )
     rows = [
         {"job_id": job_id, "key": str(k), "value": str(v), "created_at": created_at}
         for job_id, found, created_at in op.get_bind().execute(sa.select(jobs.c.id, jobs.c.labels, jobs.c.created_at))
@@ -68,7 +73,14 @@ def _downgrade_jobs() -> None:
             batch.drop_column(name)
 
 
-EVENT_COUNTERS = ("metrics_stored", "attempt_metrics", "attempt_metrics_of", "worker_groups_stored", "log_end", "log_stored_bytes")
+EVENT_COUNTERS = (
+    "metrics_stored",
+    "attempt_metrics",
+    "attempt_metrics_of",
+    "worker_groups_stored",
+    "log_end",
+    "log_stored_bytes",
+)
 LOG_COLUMNS = ("start_offset", "end_offset", "nbytes", "head", "dropped_bytes")
 
 
@@ -89,20 +101,28 @@ def _upgrade_events() -> None:
     op.create_index("ix_log_chunks_job_end", "log_chunks", ["job_id", "end_offset"])
     conn = op.get_bind()
     # The counters start from what is stored (once, here; never again per event).
-    conn.execute(sa.text(
-        "UPDATE jobs SET metrics_stored = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id),"
-        " attempt_metrics = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id AND m.attempt = jobs.attempt),"
-        " attempt_metrics_of = attempt,"
-        " worker_groups_stored = (SELECT count(*) FROM worker_groups w WHERE w.job_id = jobs.id)"
-    ))  # fmt: skip
+    conn.execute(
+        sa.text(
+            "UPDATE jobs SET metrics_stored = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id),"
+            " attempt_metrics = (SELECT count(*) FROM metrics m WHERE m.job_id = jobs.id AND m.attempt = jobs.attempt),"
+            " attempt_metrics_of = attempt,"
+            " worker_groups_stored = (SELECT count(*) FROM worker_groups w WHERE w.job_id = jobs.id)"
+        )
+    )
     # Stored chunks get their place in the job's whole log, one job at a time.
     chunks = sa.table("log_chunks", *(sa.column(c) for c in ("id", "job_id", "text", *LOG_COLUMNS)))
     jobs = sa.table("jobs", sa.column("id"), sa.column("log_end"), sa.column("log_stored_bytes"))
     for (job_id,) in conn.execute(sa.select(chunks.c.job_id).distinct()).all():
         end = size = 0
-        for chunk_id, text in conn.execute(sa.select(chunks.c.id, chunks.c.text).where(chunks.c.job_id == job_id).order_by(chunks.c.id)):
+        for chunk_id, text in conn.execute(
+            sa.select(chunks.c.id, chunks.c.text).where(chunks.c.job_id == job_id).order_by(chunks.c.id)
+        ):
             n = len(text.encode())
-            conn.execute(chunks.update().where(chunks.c.id == chunk_id).values(start_offset=end, end_offset=end + len(text), nbytes=n))
+            conn.execute(
+                chunks.update()
+                .where(chunks.c.id == chunk_id)
+                .values(start_offset=end, end_offset=end + len(text), nbytes=n)
+            )
             end, size = end + len(text), size + n
         conn.execute(jobs.update().where(jobs.c.id == job_id).values(log_end=end, log_stored_bytes=size))
 

@@ -40,12 +40,17 @@ def _backfill(conn: sa.engine.Connection) -> None:
 
     if not rollups.supported(conn):
         return
-    metrics = sa.table("metrics", sa.column("job_id", sa.String), sa.column("seq", sa.Integer), sa.column("values", sa.JSON))
+    metrics = sa.table(
+        "metrics", sa.column("job_id", sa.String), sa.column("seq", sa.Integer), sa.column("values", sa.JSON)
+    )
     for (job_id,) in conn.execute(sa.select(metrics.c.job_id).distinct()).all():
         after = -1
         while True:
             q = sa.select(metrics.c.seq, metrics.c["values"]).where(metrics.c.job_id == job_id, metrics.c.seq > after)
-            rows = [{"seq": seq, "values": values or {}} for seq, values in conn.execute(q.order_by(metrics.c.seq).limit(CHUNK))]
+            rows = [
+                {"seq": seq, "values": values or {}}
+                for seq, values in conn.execute(q.order_by(metrics.c.seq).limit(CHUNK))
+            ]
             if not rows:
                 break
             rollups.add(conn, job_id, rows)

@@ -36,13 +36,17 @@ def upgrade() -> None:
     op.create_index("ix_trials_job_best", "trials", ["job_id", "best_metric"])
     conn = op.get_bind()
     for column, table in COUNTERS.items():
-        conn.execute(sa.text(f"UPDATE jobs SET {column} = (SELECT count(*) FROM {table} WHERE {table}.job_id = jobs.id)"))
+        conn.execute(
+            sa.text(f"UPDATE jobs SET {column} = (SELECT count(*) FROM {table} WHERE {table}.job_id = jobs.id)")
+        )
     _cut_restarts(conn)
 
 
 def _cut_restarts(conn: sa.engine.Connection) -> None:
     """Count every job's restarts and keep the newest few listed (a job at a time)."""
-    jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("restarts", sa.JSON), sa.column("restarts_total", sa.Integer))
+    jobs = sa.table(
+        "jobs", sa.column("id", sa.String), sa.column("restarts", sa.JSON), sa.column("restarts_total", sa.Integer)
+    )
     after = ""
     while True:
         ids = list(conn.execute(sa.select(jobs.c.id).where(jobs.c.id > after).order_by(jobs.c.id).limit(500)).scalars())

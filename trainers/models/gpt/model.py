@@ -63,9 +63,7 @@ class CausalSelfAttention(nn.Module):
         q = self.q(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.resid_drop(self.proj(y))
 
@@ -105,19 +103,14 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.ln_f: nn.LayerNorm | None = nn.LayerNorm(cfg.d_model)
-        self.lm_head: nn.Linear | None = nn.Linear(
-            cfg.d_model, cfg.vocab_size, bias=False
-        )
+        self.lm_head: nn.Linear | None = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A pipeline stage without the embeddings receives hidden states, not token ids.
         if self.tok_emb is not None:
             T = x.shape[1]
             if T > self.config.seq_len:
-                raise ValueError(
-                    f"sequence of {T} tokens is longer than the model's seq_len "
-                    f"({self.config.seq_len})"
-                )
+                raise ValueError(f"sequence of {T} tokens is longer than the model's seq_len ({self.config.seq_len})")
             pos = torch.arange(T, device=x.device)
             x = self.drop(self.tok_emb(x) + self.pos_emb(pos))
         for block in self.blocks.values():

@@ -35,15 +35,12 @@ def gpt_tensor_plan(model: nn.Module) -> dict[str, ColwiseParallel | RowwisePara
     return plan
 
 
-def split_gpt_for_stage(
-    model: nn.Module, stage_index: int, num_stages: int
-) -> nn.Module:
+def split_gpt_for_stage(model: nn.Module, stage_index: int, num_stages: int) -> nn.Module:
     """Drop, in place, every part of a GPT that this stage does not run."""
     names = list(model.blocks.keys())
     if len(names) < num_stages:
         raise ValueError(
-            f"{num_stages} pipeline stages but the model has {len(names)} blocks; "
-            "lower parallelism.pipeline.stages"
+            f"{num_stages} pipeline stages but the model has {len(names)} blocks; lower parallelism.pipeline.stages"
         )
     per_stage, extra = divmod(len(names), num_stages)
     start = stage_index * per_stage + min(stage_index, extra)
