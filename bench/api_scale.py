@@ -49,13 +49,14 @@ from sqlalchemy import event, insert, select
 
 from api.schemas import parse_job_spec
 from service import queue
+from service.cluster.local_cluster import free_ports
+from service.cluster.ray_backend import RayBackend
+from service.db.engine import make_engine, make_sessionmaker
+from service.db.listing import encode_cursor
+from service.db.models import JobLabelRow, JobRow, utcnow
 from service.jobs import JobService
-from service.listing import encode_cursor
-from service.local_cluster import free_ports
 from service.monitor import Monitor
-from service.ray_backend import RayBackend
 from service.settings import Settings
-from service.store import JobLabelRow, JobRow, make_engine, make_sessionmaker, utcnow
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 

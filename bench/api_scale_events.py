@@ -31,12 +31,13 @@ import httpx
 from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
-from service.ingest import token_hash
+from service.cluster.local_cluster import free_ports
+from service.cluster.ray_backend import RayBackend
+from service.db.engine import make_engine, make_sessionmaker
+from service.db.models import CheckpointRow, JobRow, LogChunkRow, MetricRow
+from service.events.ingest import token_hash
 from service.jobs import JobService
-from service.local_cluster import free_ports
-from service.ray_backend import RayBackend
 from service.settings import Settings
-from service.store import CheckpointRow, JobRow, LogChunkRow, MetricRow, make_engine, make_sessionmaker
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 
@@ -87,7 +88,7 @@ class Bench:
 
     def seed_metrics(self, job_id: str, n: int) -> None:
         try:  # what ingestion maintains beside the rows, on trees that have it
-            from service import rollups  # type: ignore[attr-defined]
+            from service.events import rollups  # type: ignore[attr-defined]
         except ImportError:
             rollups = None
         with self.service.sessions.begin() as s:

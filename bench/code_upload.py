@@ -22,7 +22,7 @@ import httpx
 from api.client import Client
 from api.code_package import build_package
 from bench.jobs import run_job
-from service.local_cluster import start_head
+from service.cluster.local_cluster import start_head
 from tests.servers import ServerProcess
 
 FILES = int(os.environ.get("BENCH_FILES", "1000"))

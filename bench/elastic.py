@@ -35,7 +35,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local_cluster import _session_pids
+from service.cluster.local_cluster import _session_pids
 from tests.clusters import start_fake_autoscaling_head
 from tests.servers import ServerProcess
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 
 from api.schemas import parse_event
-from service.local_cluster import start_head
-from service.ray_backend import RayBackend
+from service.cluster.local_cluster import start_head
+from service.cluster.ray_backend import RayBackend
 from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"

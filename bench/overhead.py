@@ -25,8 +25,8 @@ import httpx
 
 from bench import workload
 from bench.jobs import run_job
-from service.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
-from service.ray_backend import ray_auth_token
+from service.cluster.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
+from service.cluster.ray_backend import ray_auth_token
 from tests.servers import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -51,8 +51,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.local_cluster import SINGLE_MACHINE_ENV, start_head
-from service.ray_backend import ray_auth_token
+from service.cluster.local_cluster import SINGLE_MACHINE_ENV, start_head
+from service.cluster.ray_backend import ray_auth_token
 
 if ray_auth_token():
     # Ray reads its auth mode when it is imported: a head with a token needs it on.

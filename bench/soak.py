@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local_cluster import _session_pids, start_head
+from service.cluster.local_cluster import _session_pids, start_head
 from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"

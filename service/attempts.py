@@ -31,11 +31,11 @@ from sqlalchemy import select, update
 from api.errors import InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import lifecycle, storage
-from service.ingest import new_events_token
+from service.cluster.ray_backend import ClusterUnavailable
+from service.code.user_code import check_user_code
+from service.db.models import JobRow
+from service.events.ingest import new_events_token
 from service.jobs import JobService
-from service.ray_backend import ClusterUnavailable
-from service.store import JobRow
-from service.user_code import check_user_code
 
 log = logging.getLogger("raydock.attempts")
 

@@ -1,7 +1,7 @@
 """The job service: submit, read and control jobs. Route handlers call this and nothing
 else; it never waits on training. Submission only records the job (QUEUED); the monitor
 starts it on the cluster (``service.attempts``), and what running jobs report comes in
-through ``service.ingest``."""
+through ``service.events.ingest``."""
 
 from __future__ import annotations
 
@@ -28,15 +28,18 @@ from api.schemas import (
     JobStatus,
     MetricPoint,
 )
-from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
-from service.code_packages import CodeStore
-from service.event_limits import EventLimits
-from service.event_push import PushGate, check_search_batch, chunks
-from service.ingest import Ingest
-from service.job_records import to_public
-from service.ray_backend import ClusterUnavailable, RayBackend
+from service import admission, lifecycle, queue, storage
+from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.code import user_code
+from service.code.packages import CodeStore
+from service.db import job_records, listing, purge
+from service.db.job_records import to_public
+from service.db.models import CheckpointRow, JobRow, count, utcnow
+from service.events import logs, series
+from service.events.ingest import Ingest
+from service.events.limits import EventLimits
+from service.events.push import PushGate, check_search_batch, chunks
 from service.settings import Settings
-from service.store import CheckpointRow, JobRow, count, utcnow
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
@@ -54,10 +57,10 @@ class JobService:
         self.events = Ingest(
             sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings)
         )
-        self.pushes = PushGate()  # one post of a job's events in flight (service/event_push.py)
+        self.pushes = PushGate()  # one post of a job's events in flight (service/events/push.py)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
-        self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code_packages.py)
+        self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code/packages.py)
         self.reads = job_records.LoopReads(sessions.kw["bind"])
 
     def prefix(self, job_id: str) -> str:
@@ -68,7 +71,9 @@ class JobService:
 
     def validate(self, spec: JobSpec) -> None:
         """Refuse at submit what can never run, so nothing is stored half-valid."""
-        user_code.check_user_code(spec, self.settings)  # code paths, runtime_env, entrypoint (service/user_code.py)
+        user_code.check_user_code(
+            spec, self.settings
+        )  # code paths, runtime_env, entrypoint (service/code/user_code.py)
         if spec.is_user_code and spec.code:
             self.code.check_ref(spec.code, spec.entrypoint, ["base"] if spec.kind == "tune" else [])
         try:
@@ -158,7 +163,7 @@ class JobService:
         return job if job is not None else self._job_missing(job_id)
 
     async def read(self, job_id: str) -> JobPublic:
-        """``get`` for the event loop (``service/job_records.py``)."""
+        """``get`` for the event loop (``service/db/job_records.py``)."""
         job = await self.reads.job(job_id)
         return job if job is not None else self._job_missing(job_id)
 
@@ -179,7 +184,7 @@ class JobService:
             return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
     def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
-        """A page of reports with seq > since, and whether more follow (``service/series.py``)."""
+        """A page of reports with seq > since, and whether more follow (``service/events/series.py``)."""
         with self.sessions() as s:
             self._job(s, job_id)
             return series.page(s, job_id, since, limit)
@@ -193,7 +198,7 @@ class JobService:
 
     def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
         """Stored log text from character ``offset`` on (a few MiB at most) and the offset
-        after it (``service/logs.py``)."""
+        after it (``service/events/logs.py``)."""
         with self.sessions() as s:
             self._job(s, job_id)
             return logs.read(s, job_id, offset)
@@ -338,8 +343,8 @@ class JobService:
                 )
             ray_job_id = job.ray_job_id
             job.deleting = True  # a resume now refuses it
-        # A chunk of its rows per transaction, the job row last (service/job_purge.py).
-        job_purge.delete_jobs(self.sessions, [job_id])
+        # A chunk of its rows per transaction, the job row last (service/purge.py).
+        purge.delete_jobs(self.sessions, [job_id])
         # The rows are gone first: a crash here leaves files, never a row without files.
         storage.delete_tree(self.prefix(job_id))
         if ray_job_id:
@@ -355,7 +360,7 @@ class JobService:
 
     def ingest(self, job_id: str, events: list[Any], *, push: bool = False) -> None:
         """Events of a job; a post (``push``) is admitted one at a time per job and
-        stored a bounded number of events per transaction (``service/event_push.py``)."""
+        stored a bounded number of events per transaction (``service/events/push.py``)."""
         if not push:
             self.events.take(job_id, events)
             return

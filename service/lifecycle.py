@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
-from service.store import JobRow, TransitionRow, utcnow
+from service.db.models import JobRow, TransitionRow, utcnow
 
 S = JobStatus
 C = FailureCause

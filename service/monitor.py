@@ -23,13 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import select
 
 from api.schemas import FailureCause, JobStatus
-from service import lifecycle, logs
+from service import lifecycle
 from service.attempts import ACTIVE, Attempts
+from service.cluster.ray_backend import ClusterUnavailable
+from service.db.models import JobRow, aware, store_id, utcnow
+from service.events import logs
+from service.events.log_tails import LogTails
 from service.jobs import JobService
-from service.log_tails import LogTails
 from service.queue_keeper import QueueKeeper
-from service.ray_backend import ClusterUnavailable
-from service.store import JobRow, aware, store_id, utcnow
 
 log = logging.getLogger("raydock.monitor")
 
@@ -130,7 +131,7 @@ class Monitor:
         self.collect_code()
 
     def collect_code(self) -> None:
-        """Now and then, delete the code packages no job references (service/code_packages.py)."""
+        """Now and then, delete the code packages no job references (service/code/packages.py)."""
         if time.monotonic() - self._code_collected_at < self.service.code.collect_every_s:
             return
         self._code_collected_at = time.monotonic()
@@ -218,7 +219,7 @@ class Monitor:
                 )
             return
         target = lifecycle.from_ray(state.status, current)
-        # What the attempt logged since the last tick (service/log_tails.py); once Ray says
+        # What the attempt logged since the last tick (service/events/log_tails.py); once Ray says
         # it ended, its whole log is stored before its end is.
         if not self.tails.read(job_id, submission_id, log_offset, target.is_terminal()):
             return

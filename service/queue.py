@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.schemas import JobSpec, JobStatus
 from service import admission
-from service.store import JobRow, TransitionRow, aware
+from service.db.models import JobRow, TransitionRow, aware
 
 QUEUED = JobStatus.QUEUED.value
 HEAD_BATCH = 64  # rows fetched at a time while admission walks the head of the queue

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 
 from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import admission, lifecycle, queue
-from service.ray_backend import ClusterUnavailable, RayBackend
-from service.store import JobRow, utcnow
+from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.db.models import JobRow, utcnow
 
 log = logging.getLogger("raydock.monitor")
 

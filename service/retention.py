@@ -28,10 +28,11 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import sessionmaker
 
 from api.schemas import JobStatus
-from service import job_purge, storage
-from service.ray_backend import ClusterUnavailable, RayBackend
+from service import storage
+from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.db import purge
+from service.db.models import JobRow, aware, store_id, utcnow
 from service.settings import Settings
-from service.store import JobRow, aware, store_id, utcnow
 
 log = logging.getLogger("raydock.retention")
 
@@ -138,7 +139,7 @@ class Retention:
             return []
         # Marked while still finished (a resume then refuses them), and deleted a chunk of
         # rows per transaction: a job with a million reports never holds the write lock long.
-        gone = job_purge.delete_jobs(self.sessions, job_purge.mark(self.sessions, job_ids, FINISHED))
+        gone = purge.delete_jobs(self.sessions, purge.mark(self.sessions, job_ids, FINISHED))
         for job_id in gone:
             try:
                 storage.delete_tree(storage.job_prefix(self.storage_path, job_id))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from service.cluster.local_cluster import LocalHead, ensure_head
+from service.cluster.ray_backend import RayBackend
+from service.db.engine import make_engine, make_sessionmaker
 from service.jobs import JobService
-from service.local_cluster import LocalHead, ensure_head
 from service.monitor import Monitor
-from service.ray_backend import RayBackend
 from service.retention import Policy, Retention
 from service.settings import Settings
-from service.store import make_engine, make_sessionmaker
 
 log = logging.getLogger("raydock")
 

@@ -87,7 +87,7 @@ class Settings(BaseSettings):
             "the middle is dropped and a line in its place says how many bytes. Events in dropped text are still taken in."
         ),
     )
-    # What one job's events may store (service/event_limits.py); past a bound, events are dropped and counted.
+    # What one job's events may store (service/events/limits.py); past a bound, events are dropped and counted.
     max_metrics_per_job: int = Field(
         default=1_000_000, ge=1, lt=2**31, description="Most metric reports stored per job."
     )

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import insert
 
-from service.ingest import token_hash
+from service.db.models import JobRow, MetricRow, TrialMetricRow, TrialRow
+from service.events.ingest import token_hash
 from service.jobs import JobService
-from service.store import JobRow, MetricRow, TrialMetricRow, TrialRow
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.local_cluster import LocalHead, start_head
+from service.cluster.local_cluster import LocalHead, start_head
 
 HEAD_TYPE, WORKER_TYPE = "ray.head.default", "ray.worker.cpu"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from api.client import Client
-from service.local_cluster import LocalHead, ensure_token, start_head
+from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
 from tests.servers import ServerProcess
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 
 OPT_OUT_ENV = "RAYDOCK_TEST_NO_POSTGRES"
 PG_USER = "raydock-pg"  # initdb refuses to run as root: the server runs as this user then

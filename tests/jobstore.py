@@ -9,11 +9,12 @@ from pathlib import Path
 from sqlalchemy import update
 
 from api.schemas import parse_job_spec
+from service.cluster.local_cluster import free_ports
+from service.cluster.ray_backend import RayBackend
+from service.db.engine import make_engine, make_sessionmaker
+from service.db.models import JobRow
 from service.jobs import JobService
-from service.local_cluster import free_ports
-from service.ray_backend import RayBackend
 from service.settings import Settings
-from service.store import JobRow, make_engine, make_sessionmaker
 from tests.conftest import digits_spec
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from service.local_cluster import _session_pids
+from service.cluster.local_cluster import _session_pids
 
 MACHINE_HOST_ID = 254
 

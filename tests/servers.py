@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,11 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [self.python, "-m", "service.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+            [self.python, "-m", "service.cli", "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.cwd,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -35,6 +35,20 @@ RAY_INTERNALS_SEAM = {"trainers.ray_compat"}
 # with Llama. Of trainers, the strategies import only themselves (so no trainers.models,
 # nor a model module anywhere else in trainers/).
 MODEL_AGNOSTIC = "trainers.parallel"
+# The server's rooms: what each may import of the rest of service/ (besides itself).
+# Nothing outside a room's own list, so a room never reaches back into the job core.
+SERVICE_ROOMS: dict[str, set[str]] = {
+    "service.db": set(),
+    "service.cluster": {"service.settings"},
+    "service.events": {"service.db", "service.cluster", "service.lifecycle", "service.storage", "service.settings"},
+    "service.code": {"service.db", "service.storage", "service.settings"},
+    "service.eventlog": {"service.db", "service.settings"},
+    "service.tenancy": {"service.db", "service.settings"},
+    "service.dashboard": {"service.jobs", "service.db", "service.events", "service.settings"},
+}
+# Rooms only the named modules may import: the command line is a leaf.
+PRIVATE_ROOMS = {"service.cli": ()}
+RAY_ROOM = "service.cluster"  # the only part of the server that imports ray
 MAX_LINES = 400
 LONG_MODULES_ALLOWED: dict[str, str] = {}  # module -> why it may be longer
 
@@ -165,6 +179,28 @@ def model_specific_imports(tree: Tree) -> list[str]:
     return out
 
 
+def _inside(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def room_violations(tree: Tree) -> list[str]:
+    out = []
+    for module, names in sorted(tree.imports.items()):
+        room = next((r for r in SERVICE_ROOMS if _inside(module, r)), None)
+        for name in sorted(names):
+            if module.startswith("service.") and name.split(".")[0] == "ray" and not _inside(module, RAY_ROOM):
+                out.append(f"{module} imports {name}: only {RAY_ROOM} imports ray")
+            if room and _inside(name, "service") and name != "service" and not _inside(name, room):
+                if not any(_inside(name, allowed) for allowed in SERVICE_ROOMS[room]):
+                    out.append(
+                        f"{module} imports {name}: {room} may import only {sorted(SERVICE_ROOMS[room]) or 'nothing'} of service"
+                    )
+            for private, importers in PRIVATE_ROOMS.items():
+                if _inside(name, private) and not _inside(module, private) and module not in importers:
+                    out.append(f"{module} imports {name}: nothing outside {private} imports it")
+    return sorted(set(out))
+
+
 def long_modules(tree: Tree) -> list[str]:
     return [
         f"{m} has {n} lines (limit {MAX_LINES}): split it along its responsibilities"
@@ -190,6 +226,10 @@ def test_ray_internals_only_behind_the_seam():
 
 def test_parallel_strategies_name_no_model():
     assert model_specific_imports(read_tree(ROOT)) == []
+
+
+def test_each_room_of_the_server_keeps_its_rule():
+    assert room_violations(read_tree(ROOT)) == []
 
 
 def test_no_module_over_the_line_limit():
@@ -268,4 +308,27 @@ def test_a_planted_model_import_in_the_strategies_is_found(tmp_path):
         "trainers.parallel.tensor",
         "trainers.parallel.pipeline",
         "trainers.parallel.fsdp",
+    }
+
+
+def test_planted_room_violations_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "service/jobs.py": "import ray\n",
+            "service/db/models.py": "from service.settings import Settings\n",
+            "service/events/ingest.py": "def f():\n    from service.jobs import JobService\n",
+            "service/events/logs.py": "from service.db.models import JobRow\nfrom service.events import ingest\n",
+            "service/cluster/ray_backend.py": "import ray\nfrom service.settings import Settings\n",
+            "service/code/packages.py": "from service.cluster import ray_backend\n",
+            "service/http/app.py": "from service.cli.main import app\n",
+            "service/cli/main.py": "from service.cli.gc import gc\nfrom service.http.app import create_app\n",
+        },
+    )
+    assert {v.split(" imports ")[0] for v in room_violations(tree)} == {
+        "service.jobs",
+        "service.db.models",
+        "service.events.ingest",
+        "service.code.packages",
+        "service.http.app",
     }

@@ -26,7 +26,7 @@ import pytest
 from api.client import Client
 from api.code_package import TOP, build_package, package_files
 from api.errors import CodeTooLarge, InvalidSpec
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 from tests.servers import ServerProcess
 
 MAX_FILES, MAX_BYTES = 30, 256 * 1024

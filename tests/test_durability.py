@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from api.client import Client
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 from tests.conftest import CLUSTER_CPUS, user_spec
 from tests.servers import ServerProcess
 from tests.test_jobs import wait_for

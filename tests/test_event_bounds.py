@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from service.store import (
+from service.db.models import (
     CheckpointRow,
     ExploitRow,
     MetricRow,

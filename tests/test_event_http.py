@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from api.client import Client
-from service import series
+from service.db.models import CheckpointRow
+from service.events import series
+from service.events.ingest import token_hash
 from service.http.routes.events import MAX_BATCH
-from service.ingest import token_hash
-from service.store import CheckpointRow
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 

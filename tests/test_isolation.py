@@ -17,7 +17,7 @@ from ray.job_submission import JobSubmissionClient
 from sqlalchemy import create_engine, text
 
 from api.client import Client
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 from tests.conftest import user_spec
 from tests.servers import ServerProcess
 from tests.test_jobs import wait_for

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 
 from api.errors import NotFound
 from api.schemas import JobStatus, parse_job_spec
-from service.store import JobRow
+from service.db.models import JobRow
 from tests.conftest import digits_spec
 from tests.jobstore import job_service, submit
 

@@ -115,7 +115,11 @@ def test_cli_submit_follow(server, tmp_path):
     assert ckpts.returncode == 0, ckpts.stderr
     assert [c["epoch"] for c in json.loads(ckpts.stdout)] == [1, 2]
     status = subprocess.run(
-        [sys.executable, "-m", "service.cli", "status", job_id], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "service.cli", "status", job_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert json.loads(status.stdout)["status"] == "SUCCEEDED"
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 from sqlalchemy import insert
 
+from service.cluster.local_cluster import start_head
+from service.db.models import JobRow, utcnow
 from service.http.app import _maybe_stop_head
-from service.local_cluster import start_head
 from service.monitor import Monitor
 from service.runtime import Runtime
-from service.store import JobRow, utcnow
 from tests.jobstore import job_service, set_columns, submit
 
 

@@ -10,10 +10,10 @@ import time
 
 from sqlalchemy import select
 
-from service import logs
-from service.log_tails import READ_WHOLE_BELOW, LogTails
-from service.ray_backend import RayBackend
-from service.store import JobRow, MetricRow
+from service.cluster.ray_backend import RayBackend
+from service.db.models import JobRow, MetricRow
+from service.events import logs
+from service.events.log_tails import READ_WHOLE_BELOW, LogTails
 from tests.jobstore import job_service, set_columns, submit
 
 LINES = 6000

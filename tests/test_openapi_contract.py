@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local_cluster import free_ports
+from service.cluster.local_cluster import free_ports
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 

@@ -1,4 +1,4 @@
-"""The best trial's schedule from a PBT lineage (service.replay): whose weights a trial
+"""The best trial's schedule from a PBT lineage (service.events.replay): whose weights a trial
 held when, and the spec that replays them. Pure: no Ray, no server."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from api.client import Client
 from api.errors import Conflict, NotFound
 from api.schemas import TrainSpec, parse_job_spec
-from service.replay import Exploit, replay_spec, segments
+from service.events.replay import Exploit, replay_spec, segments
 
 
 def exploit(seq: int, trial: str, donor: str, at: int, old: float, new: float, **extra) -> Exploit:

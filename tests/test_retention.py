@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import func, select
 
 from service import storage
-from service.ray_backend import RayBackend
+from service.cluster.ray_backend import RayBackend
+from service.db.models import CheckpointRow, JobLabelRow, JobRow, TransitionRow, store_id, utcnow
 from service.retention import Policy, RayRecords, Retention
-from service.store import CheckpointRow, JobLabelRow, JobRow, TransitionRow, store_id, utcnow
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 
 
@@ -120,7 +120,11 @@ def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):
 
     def gc(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "service.cli", "gc", *args], env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "service.cli", "gc", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local_cluster import LocalHead, _session_pids, find_head
+from service.cluster.local_cluster import LocalHead, _session_pids, find_head
 from tests.servers import ServerProcess
 
 API_TOKEN = "api-token-that-must-stay-with-the-server"

@@ -6,7 +6,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect
 
-from service.store import Base, import_models, make_engine
+from service.db.engine import make_engine
+from service.db.models import Base, import_models
 
 
 def test_migrations_create_the_schema_and_match_the_models(tmp_path):
@@ -59,8 +60,8 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
 
     from sqlalchemy import create_engine, text
 
-    from service import series
-    from service.store import make_sessionmaker
+    from service.db.engine import make_sessionmaker
+    from service.events import series
 
     url = database_url
     cfg = Config()

@@ -19,7 +19,7 @@ import yaml
 from api.client import Client
 from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
-from service.ray_backend import ray_auth_token
+from service.cluster.ray_backend import ray_auth_token
 from tests.conftest import CLUSTER_CPUS, user_spec
 
 BASE = {
@@ -103,7 +103,11 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
 
     env = {**os.environ, "RAYDOCK_URL": server.url, "COLUMNS": "250"}  # wide enough that rich wraps nothing
     cli = subprocess.run(
-        [sys.executable, "-m", "service.cli", "trials", job.id], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "service.cli", "trials", job.id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert cli.returncode == 0, cli.stderr
     assert all(t.trial_id in cli.stdout for t in trials)

@@ -16,11 +16,11 @@ import pytest
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
 from service.attempts import Attempts
+from service.cluster.ray_backend import RayBackend
+from service.code.user_code import check_user_code, locate
+from service.db.engine import make_engine, make_sessionmaker
 from service.jobs import JobService
-from service.ray_backend import RayBackend
 from service.settings import Settings
-from service.store import make_engine, make_sessionmaker
-from service.user_code import check_user_code, locate
 from tests.jobstore import dead_ray
 from tests.servers import ServerProcess
 

@@ -23,7 +23,7 @@ What the worker needs of raydock after that is already imported.
 
 ``trainers`` and ``tuning`` cannot be handed back: the drivers and Ray's workers find
 them by name before any of this runs. An uploaded package holding them at its top level
-is refused at submit (``api.code_package.RESERVED_NAMES``, checked by ``service/code_packages.py``).
+is refused at submit (``api.code_package.RESERVED_NAMES``, checked by ``service/code/packages.py``).
 """
 
 from __future__ import annotations

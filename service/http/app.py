@@ -20,14 +20,14 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
+from service.cluster.ray_backend import ClusterUnavailable
+from service.db.models import JobRow
 from service.http.deps import require_token
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
 from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
-from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
-from service.store import JobRow
 
 log = logging.getLogger("raydock.api")
 

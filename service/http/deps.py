@@ -17,11 +17,11 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import Unauthorized
 from api.schemas import INT64_MAX
-from service.code_packages import CodeStore
+from service.code.packages import CodeStore
+from service.db.listing import MAX_CURSOR_CHARS
+from service.events.trials import TrialService
 from service.jobs import JobService
-from service.listing import MAX_CURSOR_CHARS
 from service.settings import Settings
-from service.trials import TrialService
 
 # Ids raydock hands out (jobs "j" + hex, Ray Tune trial ids) fit this; anything else cannot exist.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"

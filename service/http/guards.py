@@ -57,7 +57,7 @@ def allowed_hosts(settings: Settings) -> frozenset[str] | None:
 
 class RequestGuard:
     """``own_limit_prefixes``: paths whose route counts its body against a cap of its
-    own as the bytes arrive (a code package upload, ``service/code_packages.py``)."""
+    own as the bytes arrive (a code package upload, ``service/code/packages.py``)."""
 
     def __init__(
         self,

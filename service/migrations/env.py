@@ -1,10 +1,10 @@
 """Alembic environment: migrations of raydock's store, run at server start-up
-(``service.store.make_engine``) or by hand with ``alembic -c service/alembic.ini``."""
+(``service.db.engine.make_engine``) or by hand with ``alembic -c service/alembic.ini``."""
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from service.store import Base, import_models
+from service.db.models import Base, import_models
 
 import_models()
 target_metadata = Base.metadata

@@ -1,7 +1,7 @@
 """The channel running jobs push their events on: authorised per job by its events
 token, not by the API token, and left out of the OpenAPI document (it is not for users).
 A post carries one event or a batch of them (admitted one at a time per job and stored in
-short transactions: service/event_push.py). What an event may
+short transactions: service/events/push.py). What an event may
 change is decided by the job service's ingestion, never here."""
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def list_jobs(
     responses={200: job_response("The job."), **errors(404, 422)},
 )
 async def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
-    return await jobs.read(job_id)  # on the event loop: a point read (service/job_records.py)
+    return await jobs.read(job_id)  # on the event loop: a point read (service/db/job_records.py)
 
 
 @router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))

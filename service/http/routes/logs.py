@@ -1,6 +1,6 @@
 """Route of a job's driver log (every worker's output): the stored text from an offset,
 or with ``follow=true`` a text stream until the job ends. Both read ranges of stored
-chunks (``service/logs.py``), so neither holds the whole log, and a follow poll costs
+chunks (``service/events/logs.py``), so neither holds the whole log, and a follow poll costs
 the same whatever the log's size."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """metric rollups: each numeric metric's min and max over aligned blocks of a job's
-reports, for downsampled series (service/rollups.py); stored series are rolled up here
+reports, for downsampled series (service/events/rollups.py); stored series are rolled up here
 
 Revision ID: 0004
 Revises: 0003
@@ -36,7 +36,7 @@ def upgrade() -> None:
 def _backfill(conn: sa.engine.Connection) -> None:
     """Every stored series, one job and CHUNK reports at a time, through the same fold
     ingestion uses (blocks a chunk shares with the next are merged by its upsert)."""
-    from service import rollups
+    from service.events import rollups
 
     if not rollups.supported(conn):
         return

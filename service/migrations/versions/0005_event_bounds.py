@@ -1,5 +1,5 @@
 """event bounds: per-job counters of the rows a job's events make (each kind capped,
-service/event_limits.py) filled from what is stored; the count of worker restarts, with
+service/events/limits.py) filled from what is stored; the count of worker restarts, with
 the listed ones cut to the newest few; the deleting mark of chunked deletes; the key of
 each trial's best report and the index GET /v1/jobs/{id}/best reads
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, aliased
 
 from api.errors import InvalidSpec
 from api.schemas import JobStatus
-from service.store import JobLabelRow, JobRow, aware
+from service.db.models import JobLabelRow, JobRow, aware
 
 MAX_CURSOR_CHARS = 200
 

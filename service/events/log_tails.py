@@ -22,8 +22,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from service.ingest import Ingest
-from service.ray_backend import RayBackend
+from service.cluster.ray_backend import RayBackend
+from service.events.ingest import Ingest
 
 log = logging.getLogger("raydock.logs")
 

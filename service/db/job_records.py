@@ -20,7 +20,7 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, Engine
 
 from api.schemas import FailureCause, JobPublic, JobStatus, RestartInfo
-from service.store import JobLabelRow, JobRow
+from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
 BY_ID = select(*_JOBS.c).where(_JOBS.c.id == bindparam("job_id"))

@@ -29,7 +29,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column, sessionmaker
 
 # The engine lives in its own module; these names stay importable from here.
-from service.engine import make_engine, make_sessionmaker, migrate  # noqa: F401
 
 
 def utcnow() -> datetime:
@@ -77,14 +76,14 @@ class JobRow(Base):
     attempt_started_at: Mapped[datetime | None]  # max_runtime_s counts from here, per attempt
     dropped_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_drop_reason: Mapped[str | None] = mapped_column(Text)
-    # Per-job counters, so storing an event never counts a series (service/ingest.py).
+    # Per-job counters, so storing an event never counts a series (service/events/ingest.py).
     metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the next metric seq
     attempt_metrics: Mapped[int] = mapped_column(
         Integer, default=0, server_default="0"
     )  # metrics of attempt `attempt_metrics_of`
     attempt_metrics_of: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_groups_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # Rows a job's events made, each kind capped per job (service/event_limits.py).
+    # Rows a job's events made, each kind capped per job (service/events/limits.py).
     trial_metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     trials_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     checkpoints_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -92,7 +91,7 @@ class JobRow(Base):
     restarts_total: Mapped[int] = mapped_column(
         Integer, default=0, server_default="0"
     )  # `restarts` keeps the newest few
-    # Set while its rows are deleted a chunk at a time (service/job_purge.py): it can no longer be resumed.
+    # Set while its rows are deleted a chunk at a time (service/db/purge.py): it can no longer be resumed.
     deleting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     log_end: Mapped[int] = mapped_column(
         BigInteger, default=0, server_default="0"
@@ -197,13 +196,13 @@ class MetricRow(EventKey, Base):
 
 class MetricRollupRow(Base):
     """Each numeric metric's min and max over an aligned block of a job's reports, kept by
-    ingestion for the downsampled series (``service/rollups.py``)."""
+    ingestion for the downsampled series (``service/events/rollups.py``)."""
 
     __tablename__ = "metric_rollups"
     __table_args__ = {"sqlite_with_rowid": False}  # rows kept in key order: a range of blocks is one sequential read
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
-    level: Mapped[int] = mapped_column(Integer, primary_key=True)  # block size: service/rollups.py
+    level: Mapped[int] = mapped_column(Integer, primary_key=True)  # block size: service/events/rollups.py
     block: Mapped[int] = mapped_column(Integer, primary_key=True)  # seq // block size
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     vmin: Mapped[float] = mapped_column(Float)
@@ -254,7 +253,7 @@ class ExploitRow(EventKey, Base):
 
 class LogChunkRow(Base):
     """A bounded piece of a job's log (every attempt's, in order). Offsets count characters
-    of the whole log taken in, so a range is one indexed query (``service/logs.py``)."""
+    of the whole log taken in, so a range is one indexed query (``service/events/logs.py``)."""
 
     __tablename__ = "log_chunks"
     __table_args__ = (Index("ix_log_chunks_job_end", "job_id", "end_offset"),)
@@ -334,7 +333,7 @@ class ServerMetaRow(Base):
 
 class CodePackageRow(Base):
     """An uploaded code package: a zip under ``<storage>/_code/<sha256>.zip``
-    (``service/code_packages.py``)."""
+    (``service/code/packages.py``)."""
 
     __tablename__ = "code_packages"
 

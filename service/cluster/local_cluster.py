@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from service.ray_backend import ray_auth_token
+from service.cluster.ray_backend import ray_auth_token
 
 log = logging.getLogger("raydock")
 
@@ -267,7 +267,7 @@ def start_head(
 
 def _has_cpus(head: LocalHead) -> bool:
     """The dashboard answers before the head node has registered its resources."""
-    from service.ray_backend import ClusterUnavailable, RayBackend
+    from service.cluster.ray_backend import ClusterUnavailable, RayBackend
 
     try:
         return RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().cpus_total > 0
@@ -276,7 +276,7 @@ def _has_cpus(head: LocalHead) -> bool:
 
 
 def _has_node(head: LocalHead) -> bool:
-    from service.ray_backend import ClusterUnavailable, RayBackend
+    from service.cluster.ray_backend import ClusterUnavailable, RayBackend
 
     try:
         return any(n.alive for n in RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().nodes)

@@ -2,7 +2,7 @@
 
 A job's driver sends a ``worker_group`` event each time Ray Train starts its workers
 (the first start, every resize of an elastic job, every restart after a failure);
-``service.ingest`` stores each once and ``worker_groups`` reads them back as the job's
+``service.events.ingest`` stores each once and ``worker_groups`` reads them back as the job's
 worker count and placement over time. What an elastic job holds on the cluster is
 admission's (``service.admission.holds``).
 """
@@ -14,7 +14,7 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import NotFound
 from api.schemas import WorkerGroupPublic, WorkerPlacement
-from service.store import JobRow, WorkerGroupRow
+from service.db.models import JobRow, WorkerGroupRow
 
 
 def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic]:

@@ -20,8 +20,8 @@ from rich.table import Table
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobStatus, parse_job_spec
-from service.gc_command import gc
-from service.upload_view import UploadView, describe
+from service.cli.gc import gc
+from service.code.upload_view import UploadView, describe
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
 console = Console()
@@ -67,8 +67,8 @@ def run(
 
     import uvicorn
 
+    from service.cluster.local_cluster import free_ports
     from service.http.app import create_app
-    from service.local_cluster import free_ports
     from service.settings import Settings
 
     spec = load_spec_file(spec_file)
@@ -414,7 +414,7 @@ def _jsonable(value):
 # --- end of a search's trials
 
 
-app.command()(gc)  # service/gc_command.py
+app.command()(gc)  # service/cli/gc.py
 
 
 if __name__ == "__main__":

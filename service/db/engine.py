@@ -1,5 +1,5 @@
 """The store's engine: SQLite in WAL mode by default (writes serialized in the process,
-``service/sqlite_writes.py``), PostgreSQL by URL, brought to the newest schema on start."""
+``service/db/sqlite_writes.py``), PostgreSQL by URL, brought to the newest schema on start."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
-from service.sqlite_writes import serialize_writes
+from service.db.sqlite_writes import serialize_writes
 
 
 def make_engine(url: str) -> Engine:
@@ -30,7 +30,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
 
-        serialize_writes(engine)  # service/sqlite_writes.py
+        serialize_writes(engine)  # service/db/sqlite_writes.py
     else:
         engine = create_engine(url, pool_pre_ping=True)
     migrate(engine)

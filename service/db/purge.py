@@ -16,7 +16,7 @@ import time
 from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.orm import sessionmaker
 
-from service.store import (
+from service.db.models import (
     CheckpointRow,
     ExploitRow,
     JobRow,

@@ -41,8 +41,8 @@ from api.code_package import TOP, biggest_files, module_in_package, reserved_nam
 from api.errors import CodeTooLarge, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
+from service.db.models import CodePackageRow, JobCodeRow, count, utcnow
 from service.settings import Settings
-from service.store import CodePackageRow, JobCodeRow, count, utcnow
 
 log = logging.getLogger("raydock.code")
 

@@ -1,6 +1,6 @@
 """The trials of hyperparameter searches (``kind: tune`` jobs) read back: trials, a
 trial's metric series, PBT lineage and the best trial. Their rows live in
-``service.store``; ``service.ingest`` stores a search's events into them.
+``service.db.models``; ``service.events.ingest`` stores a search's events into them.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from api.schemas import (
     TrialPublic,
     TuneSpec,
 )
-from service.ingest import better as _better
-from service.replay import Exploit, replay_spec
-from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
+from service.db.models import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
+from service.events.ingest import better as _better
+from service.events.replay import Exploit, replay_spec
 
 LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
 
@@ -129,7 +129,7 @@ class TrialService:
             )
 
     def replay(self, job_id: str) -> TrainSpec:
-        """The best trial of a finished search as a ``kind: train`` spec (``service.replay``)."""
+        """The best trial of a finished search as a ``kind: train`` spec (``service.events.replay``)."""
         with self.sessions() as s:
             job = self._search(s, job_id)
             final = s.get(SearchResultRow, job_id)

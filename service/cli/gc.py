@@ -25,9 +25,9 @@ def gc(
 ) -> None:
     """Delete finished jobs past the retention policy, with their rows and storage."""
     # Imported here: every other command of the CLI is a client and needs no database.
+    from service.db.engine import make_engine, make_sessionmaker
     from service.retention import Policy, Retention
     from service.settings import Settings
-    from service.store import make_engine, make_sessionmaker
 
     console = Console()
     settings = Settings()
@@ -62,8 +62,8 @@ def gc(
 def _cluster(settings):
     """The server's cluster (RAY_ADDRESS, or the local head it started), if there is one:
     Ray's records of the deleted jobs go with them (a head that is gone took them along)."""
-    from service.local_cluster import find_head
-    from service.ray_backend import RayBackend
+    from service.cluster.local_cluster import find_head
+    from service.cluster.ray_backend import RayBackend
 
     head = None if settings.ray_address else find_head(settings.data_dir / "ray")
     address = settings.ray_address or (head.dashboard_url if head else None)

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from api.code_package import BiggestFiles
 from api.errors import InvalidSpec
 from api.schemas import JobSpec
-from service.ignore_rules import compile_patterns
+from service.code.ignore_rules import compile_patterns
 from service.settings import Settings
 
 ALLOWED_KEYS = {
@@ -81,7 +81,7 @@ def check_user_code(spec: JobSpec, settings: Settings) -> None:
     modules = [_check_py_module(m, i, at, env, settings, budget) for i, m in enumerate(env.get("py_modules") or [])]
     if modules:
         env["py_modules"] = modules
-    if not spec.code:  # an uploaded package's entrypoint is looked up in the package (service/code_packages.py)
+    if not spec.code:  # an uploaded package's entrypoint is looked up in the package (service/code/packages.py)
         _check_entrypoint(spec.entrypoint, spec.working_dir, modules, env, at)
 
 
@@ -296,7 +296,7 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
     """Walk ``top`` as Ray does when it zips it (ray/_private/runtime_env/packaging.py
     ``_dir_travel``: ignore files, and ``excludes`` relative to ``top``; links
     followed), stopping at the caps. What the patterns leave out goes unchecked; they
-    never leave out more than Ray does (service/ignore_rules.py)."""
+    never leave out more than Ray does (service/code/ignore_rules.py)."""
 
     def matcher(rel_to: Path, lines: list[str]) -> Callable[[Path], bool]:
         test = compile_patterns(lines)

@@ -14,7 +14,7 @@ Both channels hand over many events at once (a log read, a pushed batch), taken 
 transaction: the keys a batch already has are read with one indexed query per table,
 sequence numbers come from per-job counters on the job row (never from counting a
 series), and new metric rows are inserted together, with the rollup blocks they fall in
-(``service/rollups.py``), so the cost of an event does not grow with the length of its
+(``service/events/rollups.py``), so the cost of an event does not grow with the length of its
 job's series.
 """
 
@@ -47,10 +47,8 @@ from api.schemas.events import (
     WorkerFailureEvent,
     WorkerGroupEvent,
 )
-from service import event_limits, lifecycle, logs, rollups, storage
-from service.event_limits import Dropped, EventLimits, room
-from service.event_push import parse_all
-from service.store import (
+from service import lifecycle, storage
+from service.db.models import (
     CheckpointRow,
     EventKey,
     ExploitRow,
@@ -62,6 +60,9 @@ from service.store import (
     WorkerGroupRow,
     count,
 )
+from service.events import limits, logs, rollups
+from service.events.limits import Dropped, EventLimits, room
+from service.events.push import parse_all
 
 RECEIVING = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
 MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
@@ -243,7 +244,7 @@ class Ingest:
                 if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
                     return
                 room(self.limits, job, "checkpoints")
-                event_limits.stored(job, "checkpoints")
+                limits.stored(job, "checkpoints")
                 m = event.metrics
                 s.add(
                     CheckpointRow(
@@ -256,7 +257,7 @@ class Ingest:
                     )
                 )
             case WorkerFailureEvent():
-                event_limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
+                limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
             case ErrorEvent():
                 # Recorded now; the status follows when Ray reports the driver's exit.
                 lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
@@ -302,7 +303,7 @@ class Ingest:
                 room(self.limits, job, "exploits")
                 trial = _trial(s, job, event.trial_id, batch)
                 batch.stored_now(ExploitRow, event.seq)
-                event_limits.stored(job, "exploits")
+                limits.stored(job, "exploits")
                 s.add(
                     ExploitRow(
                         job_id=job.id,
@@ -380,7 +381,7 @@ def _trial(s: Session, job: JobRow, trial_id: str, batch: _Batch) -> TrialRow:
         )
         s.add(row)
         s.flush()
-        event_limits.stored(job, "trials")
+        limits.stored(job, "trials")
     batch.trials[trial_id] = row
     return row
 
@@ -391,7 +392,7 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     room(batch.limits, job, "trial_reports")
     row = _trial(s, job, event.trial_id, batch)
     batch.stored_now(TrialMetricRow, event.seq)
-    event_limits.stored(job, "trial_reports")
+    limits.stored(job, "trial_reports")
     m = event.metrics
     s.add(
         TrialMetricRow(

@@ -1,7 +1,7 @@
 """Gitignore-style patterns, as Ray applies ``.gitignore``, ``.rayignore`` and
 ``runtime_env.excludes`` when it zips a job's code (gitwildmatch rules).
 
-The user-code policy (``service/user_code.py``) skips what Ray would leave out, so it
+The user-code policy (``service/code/user_code.py``) skips what Ray would leave out, so it
 must never skip *more* than Ray: a file it skips goes unchecked. So a pattern whose
 meaning is not certain here (character classes, escapes, ``**`` inside a name) skips
 nothing, and a file of patterns with a ``!`` re-include skips nothing at all.

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from api.schemas import ClusterInfo, NodeInfo
-from service.autoscaler import addable, autoscaler_from_status, load_config
+from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
 
 DRIVER_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
 WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
@@ -80,7 +80,7 @@ class RayBackend:
         timeout_s: float = CALL_TIMEOUT_S,
     ):
         self.address = address.rstrip("/")
-        # The autoscaler's own config, for the limits its status report leaves out (service/autoscaler.py).
+        # The autoscaler's own config, for the limits its status report leaves out (service/cluster/autoscaler.py).
         self.autoscaler_config_path = autoscaler_config
         self.autoscaler_config = load_config(autoscaler_config)
         if "://" not in self.address:

@@ -4,7 +4,7 @@ A page is one indexed range query on ``(job_id, seq)``. A downsampled series kee
 first report alone, then splits the rest into buckets of consecutive reports, each sent as
 its last report with its count, first seq and each numeric metric's min and max, so a chart
 drawn from ``max_points`` points keeps the series' shape and every extreme. Buckets are
-aligned to the blocks ``service/rollups.py`` keeps (their width is a multiple of one
+aligned to the blocks ``service/events/rollups.py`` keeps (their width is a multiple of one
 block size, at most 1.5 times the narrowest width that fits), so a bucket's extremes are
 read from a few block rows rather than from every report: the cost follows ``max_points``,
 not the series' length. Seqs are gap-free, so a bucket's bounds and count are arithmetic.
@@ -18,8 +18,8 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from api.schemas import MetricPoint
-from service import rollups
-from service.store import MetricRow
+from service.db.models import MetricRow
+from service.events import rollups
 
 PAGE_DEFAULT = 1000
 PAGE_MAX = 10_000

@@ -6,7 +6,7 @@ so they never move: reading from an offset is one indexed range query on
 for a 100 MB one. A job keeps at most ``RAYDOCK_MAX_LOG_BYTES`` of it: the head (the
 first quarter of the cap) stays, the oldest chunks after it go, and one marker row in
 their place spans the dropped range and says how many bytes were dropped. Events inside
-dropped text were taken in before it was stored (``service/ingest.py``), so a cap never
+dropped text were taken in before it was stored (``service/events/ingest.py``), so a cap never
 loses one.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.store import JobRow, LogChunkRow
+from service.db.models import JobRow, LogChunkRow
 
 CHUNK_BYTES = 64 * 1024  # most bytes one stored chunk holds
 READ_CHUNKS = 64  # chunks one range query returns (about 4 MiB at most)
