@@ -23,6 +23,10 @@ from tests.databases import database_url, postgres_server  # noqa: F401  (fixtur
 from tests.servers import ServerProcess
 
 CLUSTER_CPUS = 4
+# A test that takes one of these needs the session's Ray head: it is marked ``slow``, so
+# ``pytest -m "not slow"`` runs the tests with no Ray head. Modules that start clusters
+# of their own say ``pytestmark = pytest.mark.slow``.
+RAY_FIXTURES = {"ray_head", "server", "client"}
 FIXTURES = Path(__file__).parent / "fixtures"
 _AUTH_DIR: str | None = None
 
@@ -33,6 +37,18 @@ def pytest_configure(config) -> None:
     os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(ensure_token(Path(_AUTH_DIR) / "auth_token"))
     os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    long_too = bool(os.environ.get("RAYDOCK_SLOW_TESTS"))
+    skip_long = pytest.mark.skip(reason="long test, opt-in: set RAYDOCK_SLOW_TESTS=1")
+    for item in items:
+        if RAY_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("long"):
+            item.add_marker(pytest.mark.slow)
+            if not long_too:
+                item.add_marker(skip_long)
 
 
 def pytest_unconfigure(config) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.clusters import WORKER_TYPE, start_fake_autoscaling_head
 from tests.servers import ServerProcess
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",

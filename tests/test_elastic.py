@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 
 
 def elastic(lo: int, hi: int, **scaling) -> dict:

@@ -20,7 +20,7 @@ from api.client import Client
 from service.cluster.local_cluster import free_ports
 from tests.conftest import user_spec
 from tests.servers import ServerProcess
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 
 ONE = {"num_workers": 1}
 POISON = [

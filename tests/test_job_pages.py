@@ -19,6 +19,7 @@ from api.errors import InvalidSpec, NotFound
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray
 from tests.servers import ServerProcess
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +28,6 @@ def server(tmp_path_factory):
     proc = ServerProcess(tmp_path_factory.mktemp("pages"), dead_ray(), extra_env=env).start()
     yield proc
     proc.stop()
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sdk_and_cli_follow_the_cursor_through_every_page(server):

@@ -16,17 +16,9 @@ import yaml
 from api.client import Client
 from api.schemas import DigitsData, MLPModel
 from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
+from tests.waiting import wait_for
 from trainers.data.tabular import load_arrays
 from trainers.models import build_model
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def test_rest_digits_job_learns_and_checkpoint_reproduces_accuracy(server, tmp_path):

@@ -23,7 +23,7 @@ from service.cluster.ray_backend import ClusterUnavailable, RayBackend
 from tests.conftest import session_token_path
 from tests.netns import NetworkHosts
 from tests.servers import ServerProcess
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 
 RAY = str(Path(sys.executable).with_name("ray"))
 # Ray notices a node whose raylet is gone by missed health checks (default: 5 misses

@@ -10,7 +10,7 @@ import httpx
 from api.client import Client
 from tests.conftest import user_spec
 from tests.servers import ServerProcess
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 
 STEPS = 12
 

@@ -16,7 +16,7 @@ import torch
 
 from api.schemas import GPTModel, TextData
 from tests.conftest import digits_spec, user_spec
-from tests.test_jobs import wait_for
+from tests.waiting import wait_for
 from trainers.data.text import batch_at, grammar_dataset
 from trainers.lm_loop import gpt_config
 from trainers.models.gpt import build_gpt, lm_loss

@@ -21,6 +21,7 @@ from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
 from service.cluster.ray_backend import ray_auth_token
 from tests.conftest import CLUSTER_CPUS, user_spec
+from tests.waiting import wait_for
 
 BASE = {
     "model": {"type": "mlp", "hidden_sizes": [32]},
@@ -49,15 +50,6 @@ def search(**overrides) -> dict:
     }
     spec.update(overrides)
     return spec
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Client, server, tmp_path):
@@ -147,10 +139,9 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
 
 # ASHA and grid searches start many Train runs (90-110 s each on 2 busy cores); they run
 # when RAYDOCK_SLOW_TESTS=1 so the default suite stays under its 20-minute budget.
-slow = pytest.mark.skipif(not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow search test; set RAYDOCK_SLOW_TESTS=1")
 
 
-@slow
+@pytest.mark.long
 def test_asha_stops_poor_trials_early(client: Client):
     # ASHA compares a trial at a rung with the trials that reached the rung before it.
     # Two at a time, good rates first (trials start in grid order): the poor ones meet
@@ -176,7 +167,7 @@ def test_asha_stops_poor_trials_early(client: Client):
     assert job.best().trial_id in {t.trial_id for t in full}
 
 
-@slow
+@pytest.mark.long
 def test_grid_search_over_user_code_runs_exactly_the_grid(client: Client):
     base = user_spec("userpkg.steps:train", config={"steps": 5}, scaling={"num_workers": 2, "cpus_per_worker": 0.5})
     spec = search(

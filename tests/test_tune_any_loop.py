@@ -7,14 +7,14 @@ Ray Train runs."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from api.client import Client
 from tests.conftest import user_spec
-from tests.test_tune import search, wait_for
+from tests.test_tune import search
+from tests.waiting import wait_for
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
 
@@ -88,10 +88,9 @@ def test_a_failing_trial_reads_as_the_users_exception(client: Client):
 
 
 # Searches that start, stop and restart several Train runs: RAYDOCK_SLOW_TESTS=1.
-slow = pytest.mark.skipif(not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow search test; set RAYDOCK_SLOW_TESTS=1")
 
 
-@slow
+@pytest.mark.long
 def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(client: Client):
     base = user_spec(
         "userpkg.ckpt_steps:train",
@@ -135,7 +134,7 @@ def test_a_cancelled_search_resumes_the_same_trials_from_their_checkpoints(clien
         assert series[-1].metrics["step"] == 40
 
 
-@slow
+@pytest.mark.long
 def test_pb2_explores_with_its_model_and_records_exploits(client: Client):
     job = client.submit(search(algorithm="pb2", pbt={"perturbation_interval": 2}))
     job.wait(timeout=480)
@@ -154,7 +153,7 @@ def test_pb2_explores_with_its_model_and_records_exploits(client: Client):
             assert after[0].metrics["lr"] == pytest.approx(lr)
 
 
-@slow
+@pytest.mark.long
 def test_each_trial_is_itself_a_two_worker_train_run(client: Client):
     from tests.test_tune import BASE
 
@@ -171,7 +170,7 @@ def test_each_trial_is_itself_a_two_worker_train_run(client: Client):
         assert series[-1].epoch == 2
 
 
-@slow
+@pytest.mark.long
 def test_pbt_clones_a_loop_that_cannot_restore_and_stops_it_at_the_loops_end(client: Client):
     job = client.submit(linear_search(algorithm="pbt", pbt={"quantile_fraction": 0.5, "perturbation_interval": 2}))
     check_linear_search(job, reports=3)

@@ -207,23 +207,81 @@ def test_paths_are_pinned_to_what_was_checked(tmp_path):
     assert "RAYDOCK_CODE_ROOT" in refused.value.message
 
 
-def test_what_ray_leaves_out_goes_unchecked_and_nothing_more(tmp_path):
-    """A link out of the root inside a gitignored directory is never shipped (a
-    project's .venv); once a `!` pattern could bring it back, it is checked."""
+# (ignore files {relative dir: text}, runtime_env.excludes, where a link out of the root sits)
+IGNORE_CASES = [
+    ({"": ".venv/\n"}, [], ".venv/bin/python"),
+    ({"": ".venv/\n!.venv/bin/python\n"}, [], ".venv/bin/python"),
+    ({"": ".venv/*\n!.venv/bin/\n"}, [], ".venv/bin/python"),
+    ({"": "*.log\n!keep.log\n"}, [], "keep.log"),
+    ({"": "*.log\n!keep.log\n"}, [], "other.log"),
+    ({"": "data/[ab]*\n"}, [], "data/a1"),
+    ({"": "data/[ab]*\n"}, [], "data/c1"),
+    ({"": "data/[!a]*\n"}, [], "data/a1"),
+    ({"": "\\#notes\n"}, [], "#notes"),
+    ({"": "\\!bang\n"}, [], "!bang"),
+    ({"": "**/cache/**\n"}, [], "x/cache/y"),
+    ({"": "a/**/b\n"}, [], "a/x/y/b"),
+    ({"": "/rooted\n"}, [], "x/rooted"),
+    ({"": "/rooted\n"}, [], "rooted"),
+    ({"": "*\n!*.py\n"}, [], "evil.py"),
+    ({"": "*\n!*/\n!*.py\n"}, [], "pkg/evil.py"),
+    ({"sub": "*.tmp\n"}, [], "sub/a.tmp"),
+    ({"sub": "*.tmp\n"}, [], "a.tmp"),
+    ({"sub": "/x\n", "": "!sub/x\n"}, [], "sub/x"),
+    ({}, ["secret*"], "secret.txt"),
+    ({}, ["sub/"], "sub/deep/link"),
+    ({}, ["**/*.key", "!keep/*.key"], "keep/a.key"),
+]
+
+
+def _shipped_by_ray(project: Path, excludes: list[str], rel: str) -> bool:
+    """Whether Ray's own packaging (the walk it zips a working_dir with) takes ``rel``."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    seen: set[str] = set()
+    _dir_travel(project, [_get_excludes(project, excludes)], lambda p: seen.add(str(p)), include_gitignore=True)
+    return str(project / rel) in seen
+
+
+@pytest.mark.parametrize(
+    "ignore_files, excludes, link", IGNORE_CASES, ids=[c[2] + str(i) for i, c in enumerate(IGNORE_CASES)]
+)
+def test_what_ray_leaves_out_goes_unchecked_and_nothing_more(tmp_path, ignore_files, excludes, link):
+    """The policy walks a working_dir as Ray zips it, with the engine Ray matches
+    .gitignore, .rayignore and runtime_env.excludes with: a link out of the root is
+    refused exactly when Ray's own packaging would ship it (`!`, `[...]`, `**`, escapes,
+    anchored and nested patterns)."""
     root = tmp_path / "code"
     project = root / "project"
-    (project / ".venv" / "bin").mkdir(parents=True)
-    (project / ".venv" / "bin" / "python").symlink_to(tmp_path / "outside")
+    (project / link).parent.mkdir(parents=True, exist_ok=True)
+    (project / link).symlink_to(tmp_path / "outside")
+    (tmp_path / "outside").write_text("a file of the server\n")
     (project / "main.py").write_text("def train(config):\n    pass\n")
+    for where, text in ignore_files.items():
+        (project / where).mkdir(parents=True, exist_ok=True)
+        (project / where / ".gitignore").write_text(text)
     settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
-    (project / ".gitignore").write_text(".venv/\n")
-    check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
+    job = parse_job_spec(spec(root, "main:train", working_dir="project", runtime_env={"excludes": excludes}))
+    shipped = _shipped_by_ray(project, excludes, link)
+    if not shipped:
+        check_user_code(job, settings)
+        return
+    with pytest.raises(InvalidSpec) as refused:
+        check_user_code(job, settings)
+    assert refused.value.code == "code_link_outside_root"
+    assert link in refused.value.message
 
-    (project / ".gitignore").write_text(".venv/\n!.venv/bin/python\n")
+
+def test_a_pattern_ray_and_git_read_differently_is_refused(tmp_path):
+    root = tmp_path / "code"
+    (root / "project").mkdir(parents=True)
+    (root / "project" / "main.py").write_text("def train(config):\n    pass\n")
+    (root / "project" / ".rayignore").write_text("notes\\ \n")
+    settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
     with pytest.raises(InvalidSpec) as refused:
         check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
-    assert refused.value.code == "code_link_outside_root"
-    assert ".venv/bin/python" in refused.value.message
+    assert refused.value.code == "ambiguous_ignore_pattern"
+    assert ".rayignore" in refused.value.message
 
 
 def test_code_changed_after_submit_fails_before_ray_sees_it(tmp_path):

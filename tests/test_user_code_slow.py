@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -25,9 +24,7 @@ from api.client import Client
 from tests.servers import REPO, ServerProcess
 from tests.test_user_code_upload import write_user_code
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("RAYDOCK_SLOW_TESTS"), reason="slow user-code test; set RAYDOCK_SLOW_TESTS=1"
-)
+pytestmark = pytest.mark.long
 
 WHERE_LOOP = '''\
 """Reports where raydock's packages and the user's came from in this Train worker."""

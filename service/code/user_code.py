@@ -35,10 +35,11 @@ from importlib.machinery import (
 from pathlib import Path
 from typing import Any, Callable
 
+import pathspec
+
 from api.code_package import BiggestFiles
 from api.errors import InvalidSpec
 from api.schemas import JobSpec
-from service.code.ignore_rules import compile_patterns
 from service.settings import Settings
 
 ALLOWED_KEYS = {
@@ -295,12 +296,22 @@ class _Budget:
 def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Settings, budget: _Budget) -> None:
     """Walk ``top`` as Ray does when it zips it (ray/_private/runtime_env/packaging.py
     ``_dir_travel``: ignore files, and ``excludes`` relative to ``top``; links
-    followed), stopping at the caps. What the patterns leave out goes unchecked; they
-    never leave out more than Ray does (service/code/ignore_rules.py)."""
+    followed), stopping at the caps. What the patterns leave out goes unchecked, so they
+    are read by the engine Ray reads them with: pathspec's gitignore patterns (the SDK
+    packs with the same library). The one reading Ray's copy of pathspec does not share,
+    an escaped space at a pattern's end, is refused rather than guessed."""
 
-    def matcher(rel_to: Path, lines: list[str]) -> Callable[[Path], bool]:
-        test = compile_patterns(lines)
-        return lambda p: test(p.relative_to(rel_to).as_posix())
+    def matcher(rel_to: Path, lines: list[str], where: str) -> Callable[[Path], bool]:
+        if bad := next((line for line in lines if line.rstrip("\r\n").endswith("\\ ")), None):
+            raise _refuse(
+                f"The pattern {bad!r} in {where} ends in an escaped space, which Ray and git read differently; "
+                "remove the trailing backslash and space, or name the file another way.",
+                "ambiguous_ignore_pattern",
+                loc,
+                "an escaped trailing space",
+            )
+        spec = pathspec.PathSpec.from_lines("gitignore", lines)
+        return lambda p: spec.match_file(p.relative_to(rel_to).as_posix())
 
     def ignore_files(d: Path) -> list[Callable[[Path], bool]]:
         names = (
@@ -308,15 +319,19 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
             if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
             else (".rayignore",)
         )
-        return [matcher(d, (d / n).read_text(errors="replace").splitlines()) for n in names if (d / n).is_file()]
+        return [
+            matcher(d, (d / n).read_text(errors="replace").splitlines(), str(d / n)) for n in names if (d / n).is_file()
+        ]
 
     roots = settings.code_roots
-    stack: list[tuple[Path, tuple]] = [(top, (matcher(top, excludes),) if excludes and top.is_dir() else ())]
+    stack: list[tuple[Path, tuple]] = [
+        (top, (matcher(top, excludes, "runtime_env.excludes"),) if excludes and top.is_dir() else ())
+    ]
     while stack:
         path, inherited = stack.pop()
         is_dir = path.is_dir()
         rules = inherited + tuple(ignore_files(path)) if is_dir else inherited
-        if path != top and any(rule(path) for rule in rules):
+        if any(rule(path) for rule in rules):  # top too, as "." (a bare `*` leaves out everything)
             continue
         if path.is_symlink() and not _under(Path(os.path.realpath(path)), roots):
             raise _refuse(

@@ -1,0 +1,15 @@
+"""Waiting on a real system: poll a predicate until it returns something truthy."""
+
+from __future__ import annotations
+
+import time
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):
+    """Return the predicate's first truthy value; fail saying what was awaited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
