@@ -31,6 +31,7 @@ from sqlalchemy import select, update
 from api.errors import InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import lifecycle, storage
+from service.code_packages import altered
 from service.ingest import new_events_token
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
@@ -145,8 +146,22 @@ class Attempts:
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
         """Ray zips a server path again when it starts the job, so the tree is checked
         again here: a link or a file added under it since the submit fails the job
-        (USER_CODE, with the policy's message) instead of being shipped."""
-        if not spec.is_user_code or spec.code:  # an uploaded package cannot change
+        (USER_CODE, with the policy's message) instead of being shipped. An uploaded
+        package is hashed again: rewritten in storage, it fails the job the same way."""
+        if spec.is_user_code and spec.code:
+            # Jobs can write the storage path: a package whose bytes no longer match its
+            # name was rewritten after upload, and Ray must not run it.
+            sha256 = spec.code.removeprefix(CODE_REF_PREFIX)
+            if self.service.code.verify(sha256):
+                return True
+            self._fail_unstarted(
+                job_id,
+                FailureCause.USER_CODE,
+                f"code_package_altered: {altered(sha256).message}",
+                "the job's code changed",
+            )
+            return False
+        if not spec.is_user_code:
             return True
         try:
             check_user_code(spec, self.settings)

