@@ -32,7 +32,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import AsyncIterator
 
 from sqlalchemy import delete, exists, select, update
@@ -51,6 +51,7 @@ log = logging.getLogger("raydock.code")
 
 CODE_DIR = "_code"  # under the storage path, beside the jobs' prefixes (job ids start with "j")
 READ_CHUNK = 1 << 20
+ALLOWED_MODE = 0o755  # permission bits an entry may carry: no setuid/setgid/sticky, no group or world write
 
 
 class TooManyUploads(RaydockError):
@@ -326,16 +327,24 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
 
 def _check_entry(info: zipfile.ZipInfo, seen: set[str]) -> None:
     name = info.filename
-    parts = PurePosixPath(name).parts
+    # The name's own segments: PurePosixPath would drop a "." (so `code/./x` would pass
+    # the duplicate and reserved-name checks as a second name for `code/x`).
+    parts = name.split("/")
     if "\\" in name or "\x00" in name or name.startswith("/") or (len(name) > 1 and name[1] == ":"):
         raise _unsafe(name, "is an absolute or non-POSIX path")
-    if ".." in parts or "." in parts or "" in name.split("/"):
-        raise _unsafe(name, "climbs out of the package or has an empty step")
-    if stat.S_ISLNK(info.external_attr >> 16):
+    if ".." in parts or "." in parts or "" in parts[:-1]:
+        raise _unsafe(name, "climbs out of the package or has a '.' or empty step")
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
         raise _unsafe(name, "is a symbolic link")
+    if stat.S_IFMT(mode) not in (0, stat.S_IFREG) and not info.is_dir():
+        raise _unsafe(name, "is not a regular file")
+    if stat.S_IMODE(mode) & ~ALLOWED_MODE:
+        # Ray's unzip restores the mode: a setuid bit or a world-writable file would survive it.
+        raise _unsafe(name, f"has mode {stat.S_IMODE(mode):04o}; a package holds 0644 or 0755 files")
     if info.is_dir():
         raise _unsafe(name, "is a directory entry (a package holds files only)")
-    if len(parts) < 2 or parts[0] != TOP:
+    if len(parts) < 2 or parts[0] != TOP or not parts[-1]:
         raise _unsafe(name, f"is not under {TOP}/")
     if name in seen:
         raise _unsafe(name, "appears twice")

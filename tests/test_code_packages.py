@@ -124,7 +124,27 @@ def bomb() -> bytes:
     return bytes(buf)
 
 
+def with_mode(name: str, mode: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    return info
+
+
 HOSTILE = [
+    (
+        "a second name for a file, with a dot step",
+        zip_of([(f"{TOP}/main.py", b"a"), (f"{TOP}/./main.py", b"b")]),
+        "code_package_unsafe",
+    ),
+    (
+        "a reserved package behind a dot step",
+        zip_of([(f"{TOP}/./trainers/__init__.py", b"evil")]),
+        "code_package_unsafe",
+    ),
+    ("an empty step", zip_of([(f"{TOP}//main.py", b"x")]), "code_package_unsafe"),
+    ("a setuid file", zip_of([(with_mode(f"{TOP}/run.sh", 0o4755), b"#!/bin/sh\n")]), "code_package_unsafe"),
+    ("a world-writable file", zip_of([(with_mode(f"{TOP}/main.py", 0o666), b"x")]), "code_package_unsafe"),
     ("an absolute path", zip_of([("/etc/cron.d/x", b"x")]), "code_package_unsafe"),
     ("a path out of the package", zip_of([(f"{TOP}/../../x.py", b"x")]), "code_package_unsafe"),
     ("a symlink", zip_of([(link_entry(), b"/etc/passwd")]), "code_package_unsafe"),
