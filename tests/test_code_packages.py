@@ -84,6 +84,29 @@ def test_big_data_files_are_left_out_and_caps_name_the_biggest(tmp_path):
     assert "RAYDOCK_CODE_MAX_BYTES" in refused.value.message and "weights.py" in refused.value.message
 
 
+def test_links_to_files_outside_the_directory_are_not_packed(tmp_path):
+    """A project holding a link to the user's cloud credentials (by mistake or planted):
+    the package never carries the credentials; a link inside the project still packs."""
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key = AKIA-SECRET\n")
+    project = home / "project"
+    (project / "conf").mkdir(parents=True)
+    (project / "main.py").write_text("def train(config):\n    pass\n")
+    (project / "conf" / "aws").symlink_to(home / ".aws" / "credentials")
+    (project / "entry.py").symlink_to(project / "main.py")
+    with pytest.warns(UserWarning, match="conf/aws"):
+        package = build_package(project, max_bytes=MAX_BYTES, max_files=MAX_FILES)
+    try:
+        with zipfile.ZipFile(package.path) as zf:
+            names = zf.namelist()
+            packed = b"".join(zf.read(n) for n in names)
+    finally:
+        package.discard()
+    assert names == [f"{TOP}/entry.py", f"{TOP}/main.py"]
+    assert b"AKIA-SECRET" not in packed
+
+
 @pytest.fixture(scope="module")
 def upload_server(tmp_path_factory):
     dead_ray = f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens: jobs stay QUEUED
