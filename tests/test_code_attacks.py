@@ -20,6 +20,7 @@ from api.schemas import FailureCause, JobStatus
 from service.attempts import Attempts
 from tests import attacks, code_attacks
 from tests.code_attacks import INSTALLER_ATTACKS, job
+from tests.jobstore import set_columns
 
 MAX_FILES, MAX_BYTES, UPLOADS = 30, 16 * 2**20, 2
 
@@ -131,3 +132,18 @@ def test_uploads_past_the_bound_get_429(target):
             break
     assert r.status_code == 201, r.text
     assert not list(incoming.iterdir())
+
+
+def test_job_stored_before_the_policy_meets_it_when_it_starts(target, uploaded):
+    """A job accepted before the installer policy existed (queued, or resumed later)
+    with PIP_INDEX_URL in its env_vars: its attempt fails USER_CODE instead of reaching Ray."""
+    r = httpx.post(f"{target.url}/v1/jobs", json=job(uploaded, pip=["numpy"]), timeout=30)
+    assert r.status_code == 202, r.text
+    stored = r.json()["spec"]
+    stored["runtime_env"]["env_vars"] = {"PIP_INDEX_URL": "https://evil.example/simple"}
+    set_columns(target.service, r.json()["id"], spec=stored)
+
+    assert Attempts(target.service, store_id="attacks").prepare(r.json()["id"]) is None
+    failed = target.service.get(r.json()["id"])
+    assert failed.status == JobStatus.FAILED and failed.failure_cause == FailureCause.USER_CODE
+    assert failed.error.startswith("env_var_not_allowed:") and "PIP_INDEX_URL" in failed.error
