@@ -25,7 +25,7 @@ import httpx
 
 from api import archives
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
-from api.errors import RaydockError, error_from_body
+from api.errors import RaydockError, error_from_body, retry_after_s
 from api.schemas import (
     MAX_CANCEL_IDS,
     BestTrialPublic,
@@ -74,7 +74,10 @@ class Client:
                 body = r.json()
             except ValueError:
                 body = r.text
-            raise error_from_body(r.status_code, body)
+            err = error_from_body(r.status_code, body)
+            if r.status_code == 429:
+                err.retry_after_s = retry_after_s(r.headers)  # type: ignore[attr-defined]
+            raise err
         return r
 
     # ------------------------------------------------------------------ jobs

@@ -13,9 +13,13 @@ with the store opened in this process to start an attempt the way the server doe
 
 from __future__ import annotations
 
+import threading
+import time
+
 import httpx
 import pytest
 
+from api.client import Client
 from api.schemas import FailureCause, JobStatus
 from service.attempts import Attempts
 from tests import attacks, code_attacks
@@ -147,3 +151,22 @@ def test_job_stored_before_the_policy_meets_it_when_it_starts(target, uploaded):
     failed = target.service.get(r.json()["id"])
     assert failed.status == JobStatus.FAILED and failed.failure_cause == FailureCause.USER_CODE
     assert failed.error.startswith("env_var_not_allowed:") and "PIP_INDEX_URL" in failed.error
+
+
+def test_sdk_waits_out_a_busy_server(target, tmp_path):
+    """While other clients hold every upload slot, Client.upload_code waits the
+    server's Retry-After and sends once a slot is free."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "main.py").write_text("def train(config):\n    return 'patient'\n")
+    held = code_attacks.hold_uploads(target, UPLOADS, code_attacks.package({"main.py": b"y = 2\n" * 50_000}))
+    releaser = threading.Timer(2.0, code_attacks.release, args=(held,))
+    releaser.start()
+    try:
+        started = time.monotonic()
+        with Client(target.url) as client:
+            upload = client.upload_code(tmp_path / "proj")
+        waited = time.monotonic() - started
+    finally:
+        releaser.cancel()
+        code_attacks.release(held)
+    assert upload.status == 201 and waited >= 2.0
