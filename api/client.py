@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx
 
+from api import archives
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
-from api.errors import RaydockError, error_from_body
+from api.errors import RaydockError, error_from_body, retry_after_s
 from api.schemas import (
     MAX_CANCEL_IDS,
     BestTrialPublic,
@@ -73,7 +74,10 @@ class Client:
                 body = r.json()
             except ValueError:
                 body = r.text
-            raise error_from_body(r.status_code, body)
+            err = error_from_body(r.status_code, body)
+            if r.status_code == 429:
+                err.retry_after_s = retry_after_s(r.headers)  # type: ignore[attr-defined]
+            raise err
         return r
 
     # ------------------------------------------------------------------ jobs
@@ -312,5 +316,5 @@ class Job:
                     archive.write(piece)
             archive.seek(0)
             with tarfile.open(fileobj=archive, mode="r:gz") as tar:
-                tar.extractall(target, filter="data")
+                archives.extract(tar, target)  # the data filter, or the same checks where tarfile lacks it
         return target

@@ -9,8 +9,10 @@ and data files (``DATA_SUFFIXES``) over ``DATA_FILE_THRESHOLD``.
 
 Every entry sits under one top-level directory, ``code/``: Ray unpacks a zip URI by
 dropping a single top-level directory, so the job's working directory is exactly the
-packaged directory whatever it holds. Links to files are stored as the files they
-point to; links to directories are not followed. The package holds no directory
+packaged directory whatever it holds. Links to files inside the directory are stored as
+the files they point to; links to files outside it are left out with a warning (a link
+to ``~/.aws/credentials`` must not ship the credentials); links to directories are not
+followed. The package holds no directory
 entries, no links, and nothing outside ``code/``, which is what the server checks.
 """
 
@@ -21,6 +23,7 @@ import heapq
 import os
 import stat
 import tempfile
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +142,8 @@ def package_files(
     the data files left out for their size."""
     chosen: list[tuple[str, Path]] = []
     left_out: list[tuple[str, int]] = []
+    outside: list[str] = []
+    real_root = Path(os.path.realpath(root))
     top_rules = pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDES, *(excludes or [])])
     rules: dict[str, list[tuple[str, pathspec.GitIgnoreSpec]]] = {"": [("", top_rules)]}
     for current, dirs, files in os.walk(root, followlinks=False):
@@ -168,11 +173,20 @@ def package_files(
             rel, path = (f"{rel_dir}/{name}" if rel_dir else name), Path(current, name)
             if ignored(rel, False) or not path.is_file():  # a dangling link, a socket, a link to a directory
                 continue
+            if path.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(real_root):
+                outside.append(rel)  # e.g. a link to ~/.aws/credentials: its target is not the project's to ship
+                continue
             size = path.stat().st_size
             if size > threshold and path.suffix.lower() in DATA_SUFFIXES:
                 left_out.append((rel, size))
                 continue
             chosen.append((rel, path))
+    if outside:
+        warnings.warn(
+            f"Left out of the code package: {len(outside)} symlink(s) to files outside {root} "
+            f"({', '.join(sorted(outside)[:5])}). Copy a file into the directory if the job needs it.",
+            stacklevel=2,
+        )
     return sorted(chosen), sorted(left_out)
 
 

@@ -3,13 +3,15 @@
 
 The directory is packaged (``api/code_package.py``) within the server's caps (asked once
 from ``GET /v1/code``), then ``HEAD /v1/code/{sha256}`` says whether the server has those
-bytes; only when it answers 404 is the zip sent, streamed, with ``PUT``. The spec then
-names the package (``code: sha256:<hex>``) instead of the directory.
+bytes; only when it answers 404 is the zip sent, streamed, with ``PUT`` (again after the
+server's Retry-After while it answers 429 ``too_many_uploads``, for up to ``BUSY_WAIT_S``).
+The spec then names the package (``code: sha256:<hex>``) instead of the directory.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -17,6 +19,7 @@ from typing import Any, Callable, Iterator, Protocol
 import httpx
 
 from api.code_package import Package, build_package
+from api.errors import RaydockError
 from api.schemas import CodeLimits, JobSpec
 
 
@@ -31,6 +34,7 @@ class Client(Protocol):
 Progress = Callable[[str, int, int], None]  # (phase "files" | "bytes", done, total)
 PIECE = 256 * 1024
 UPLOAD_TIMEOUT = httpx.Timeout(30.0, read=600.0, write=600.0)
+BUSY_WAIT_S = 120.0  # how long an upload waits in all for a busy server (429 too_many_uploads)
 
 
 @dataclass
@@ -86,8 +90,19 @@ def _send(client: Client, package: Package, progress: Progress | None) -> CodeUp
                     progress("bytes", sent, package.size)
 
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(package.size)}
-    r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
-    return CodeUpload(**facts, status=r.status_code, sent_bytes=package.size if r.status_code == 201 else 0)
+    waited = 0.0
+    while True:
+        try:
+            r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
+        except RaydockError as exc:
+            # The server takes a bounded number of uploads at once and says when to come back.
+            if exc.code != "too_many_uploads" or waited >= BUSY_WAIT_S:
+                raise
+            pause = min(BUSY_WAIT_S - waited, max(1.0, getattr(exc, "retry_after_s", None) or 1.0))
+            time.sleep(pause)
+            waited += pause
+            continue
+        return CodeUpload(**facts, status=r.status_code, sent_bytes=package.size if r.status_code == 201 else 0)
 
 
 def with_uploaded_code(

@@ -86,3 +86,11 @@ def error_from_body(status: int, body: Any) -> RaydockError:
         return RaydockError(f"HTTP {status}: {body!r}"[:2000], code="http_error", status=status)
     cls = _BY_CODE.get(err.get("code", "")) or _BY_STATUS.get(status, RaydockError)
     return cls(err.get("message", ""), code=err.get("code"), details=err.get("details") or [], status=status)
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """The seconds of a ``Retry-After`` header given in seconds, if any."""
+    try:
+        return float(headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from api.errors import InvalidSpec
+from api.errors import Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import lifecycle, storage
 from service.cluster.ray_backend import ClusterUnavailable
+from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
 from service.events.ingest import new_events_token
@@ -143,14 +144,19 @@ class Attempts:
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
 
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
-        """Ray zips a server path again when it starts the job, so the tree is checked
-        again here: a link or a file added under it since the submit fails the job
-        (USER_CODE, with the policy's message) instead of being shipped."""
-        if not spec.is_user_code or spec.code:  # an uploaded package cannot change
+        """The policy again, as the attempt starts: Ray zips a server path now, not at the
+        submit, so a link or a file added under it since fails the job (USER_CODE, with
+        the policy's message) instead of being shipped; a job stored before a policy
+        change (a resume) meets today's policy; and an uploaded package is hashed again,
+        since jobs can write the storage path: rewritten there, Ray must not run it."""
+        if not spec.is_user_code:
             return True
         try:
             check_user_code(spec, self.settings)
-        except InvalidSpec as exc:
+            sha256 = spec.code.removeprefix(CODE_REF_PREFIX) if spec.code else None
+            if sha256 and not self.service.code.verify(sha256):
+                raise altered(sha256)
+        except (InvalidSpec, Conflict) as exc:
             self._fail_unstarted(
                 job_id, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", "the job's code changed since the submit"
             )

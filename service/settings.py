@@ -72,6 +72,17 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="Most files and directories a job's working_dir, py_module or uploaded package may hold.",
     )
+    pip_allowed_hosts_raw: str = Field(
+        default="",
+        validation_alias=AliasChoices("RAYDOCK_PIP_ALLOWED_HOSTS"),
+        description=(
+            "Hosts (comma-separated) a runtime_env pip/uv entry may install from by URL (`pkg @ https://host/...`); "
+            "unset: no direct URL references."
+        ),
+    )
+    max_concurrent_uploads: int = Field(
+        default=4, ge=1, le=1000, description="Code uploads taken in at once; more get 429 too_many_uploads."
+    )
     code_retention_s: float = Field(
         default=7 * 86_400,
         ge=0,
@@ -138,6 +149,10 @@ class Settings(BaseSettings):
             "missing; default <data_dir>/ray/auth_token). For a RAY_ADDRESS cluster: the token its dashboard expects."
         ),
     )
+
+    @property
+    def pip_allowed_hosts(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.pip_allowed_hosts_raw.split(",") if h.strip())
 
     @property
     def code_roots(self) -> list[Path]:

@@ -84,6 +84,29 @@ def test_big_data_files_are_left_out_and_caps_name_the_biggest(tmp_path):
     assert "RAYDOCK_CODE_MAX_BYTES" in refused.value.message and "weights.py" in refused.value.message
 
 
+def test_links_to_files_outside_the_directory_are_not_packed(tmp_path):
+    """A project holding a link to the user's cloud credentials (by mistake or planted):
+    the package never carries the credentials; a link inside the project still packs."""
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key = AKIA-SECRET\n")
+    project = home / "project"
+    (project / "conf").mkdir(parents=True)
+    (project / "main.py").write_text("def train(config):\n    pass\n")
+    (project / "conf" / "aws").symlink_to(home / ".aws" / "credentials")
+    (project / "entry.py").symlink_to(project / "main.py")
+    with pytest.warns(UserWarning, match="conf/aws"):
+        package = build_package(project, max_bytes=MAX_BYTES, max_files=MAX_FILES)
+    try:
+        with zipfile.ZipFile(package.path) as zf:
+            names = zf.namelist()
+            packed = b"".join(zf.read(n) for n in names)
+    finally:
+        package.discard()
+    assert names == [f"{TOP}/entry.py", f"{TOP}/main.py"]
+    assert b"AKIA-SECRET" not in packed
+
+
 @pytest.fixture(scope="module")
 def upload_server(tmp_path_factory):
     dead_ray = f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens: jobs stay QUEUED
@@ -124,7 +147,27 @@ def bomb() -> bytes:
     return bytes(buf)
 
 
+def with_mode(name: str, mode: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    return info
+
+
 HOSTILE = [
+    (
+        "a second name for a file, with a dot step",
+        zip_of([(f"{TOP}/main.py", b"a"), (f"{TOP}/./main.py", b"b")]),
+        "code_package_unsafe",
+    ),
+    (
+        "a reserved package behind a dot step",
+        zip_of([(f"{TOP}/./trainers/__init__.py", b"evil")]),
+        "code_package_unsafe",
+    ),
+    ("an empty step", zip_of([(f"{TOP}//main.py", b"x")]), "code_package_unsafe"),
+    ("a setuid file", zip_of([(with_mode(f"{TOP}/run.sh", 0o4755), b"#!/bin/sh\n")]), "code_package_unsafe"),
+    ("a world-writable file", zip_of([(with_mode(f"{TOP}/main.py", 0o666), b"x")]), "code_package_unsafe"),
     ("an absolute path", zip_of([("/etc/cron.d/x", b"x")]), "code_package_unsafe"),
     ("a path out of the package", zip_of([(f"{TOP}/../../x.py", b"x")]), "code_package_unsafe"),
     ("a symlink", zip_of([(link_entry(), b"/etc/passwd")]), "code_package_unsafe"),

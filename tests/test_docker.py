@@ -877,15 +877,22 @@ def test_raycluster_pods_share_storage_and_run_as_non_root():
         assert ray_container["image"].startswith("raydock-ray"), group
         assert pod["securityContext"]["runAsNonRoot"] is True
         volumes = {v["name"]: v for v in pod["volumes"]}
-        mounts = {m["name"]: m["mountPath"] for m in ray_container["volumeMounts"]}
         shared = [
             name
             for name, v in volumes.items()
             if v.get("persistentVolumeClaim", {}).get("claimName") == "raydock-shared"
         ]
-        assert shared and mounts[shared[0]] == SHARED_MOUNT, group
+        mounts = {m["mountPath"]: m for m in ray_container["volumeMounts"] if shared and m["name"] == shared[0]}
+        assert SHARED_MOUNT in mounts and not mounts[SHARED_MOUNT].get("readOnly"), group
         env = container_env(ray_container)
-        assert env["RAYDOCK_STORAGE_PATH"]["value"].startswith(SHARED_MOUNT)
+        storage = env["RAYDOCK_STORAGE_PATH"]["value"]
+        assert storage.startswith(SHARED_MOUNT)
+        # Jobs run here: the uploaded code packages are read-only to them, made by the job user first.
+        code = mounts.get(f"{storage}/_code")
+        assert code and code["readOnly"] is True, group
+        assert code["subPath"] == f"{storage.removeprefix(SHARED_MOUNT + '/')}/_code", group
+        made = [c for c in pod.get("initContainers", []) if f"{storage}/_code" in c.get("command", [])]
+        assert made and made[0]["securityContext"]["allowPrivilegeEscalation"] is False, group
 
 
 def test_api_deployment_wiring():

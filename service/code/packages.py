@@ -14,7 +14,9 @@ after its last upload or submit (``collect``, from the monitor).
 
 Error codes: ``code_hash_mismatch``, ``code_package_invalid``, ``code_package_unsafe``,
 ``code_name_reserved`` (422), ``code_too_large`` (413 for bytes, 422 for files), ``code_package_not_found``
-(404 on the code routes, 422 in a job spec).
+(404 on the code routes, 422 in a job spec), ``code_package_altered`` (409: the stored bytes no longer match
+the name; checked on every use, and at every attempt's start by service/attempts.py), ``too_many_uploads``
+(429 with Retry-After, past ``RAYDOCK_MAX_CONCURRENT_UPLOADS`` uploads at once).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import AsyncIterator
 
 from sqlalchemy import delete, exists, select, update
@@ -38,9 +40,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.code_package import TOP, biggest_files, module_in_package, reserved_names
-from api.errors import CodeTooLarge, InvalidSpec, NotFound
+from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound, RaydockError
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
+from service.code.zip_directory import DirectoryTooLarge, check_directory
 from service.db.models import CodePackageRow, JobCodeRow, count, utcnow
 from service.settings import Settings
 
@@ -48,6 +51,14 @@ log = logging.getLogger("raydock.code")
 
 CODE_DIR = "_code"  # under the storage path, beside the jobs' prefixes (job ids start with "j")
 READ_CHUNK = 1 << 20
+ALLOWED_MODE = 0o755  # permission bits an entry may carry: no setuid/setgid/sticky, no group or world write
+
+
+class TooManyUploads(RaydockError):
+    """More uploads at once than the server takes in (each holds a temp file, a hash and a zip check)."""
+
+    status, code = 429, "too_many_uploads"
+    retry_after_s = 5
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class CodeStore:
         self.settings, self.sessions = settings, sessions
         self.incoming = settings.data_dir / "code-incoming"
         self._lock = threading.Lock()  # a store and a collection of the same package never interleave here
+        self._uploads = 0  # uploads being received now, against RAYDOCK_MAX_CONCURRENT_UPLOADS
 
     @property
     def collect_every_s(self) -> float:
@@ -80,12 +92,16 @@ class CodeStore:
 
     # ------------------------------------------------------------------ read
 
-    def get(self, sha256: str) -> CodePackagePublic:
+    def get(self, sha256: str, *, check: bool = False) -> CodePackagePublic:
+        """The package's record; ``check``: only if its stored bytes still match its name."""
         with self.sessions() as s:
             row = s.get(CodePackageRow, sha256)
             if row is None:
                 raise _not_found(sha256)
-            return _public(row, count(s, JobCodeRow, JobCodeRow.sha256 == sha256))
+            public = _public(row, count(s, JobCodeRow, JobCodeRow.sha256 == sha256))
+        if check and not self.verify(sha256):
+            raise altered(sha256)
+        return public
 
     # ------------------------------------------------------------------ upload
 
@@ -94,6 +110,19 @@ class CodeStore:
         cap = self.settings.code_max_bytes
         if declared is not None and declared > cap:
             raise _too_large_body(declared, cap)
+        if self._uploads >= self.settings.max_concurrent_uploads:
+            raise TooManyUploads(
+                f"The server is taking in {self._uploads} code uploads already (RAYDOCK_MAX_CONCURRENT_UPLOADS); "
+                f"nothing was read. Upload again in {TooManyUploads.retry_after_s} s.",
+                details=[{"cap": "max_concurrent_uploads", "limit": self.settings.max_concurrent_uploads}],
+            )
+        self._uploads += 1  # on the event loop: no other receive runs between the test and this
+        try:
+            return await self._receive(sha256, body, cap)
+        finally:
+            self._uploads -= 1
+
+    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int) -> Stored:
         # The database, the zip check and the copy into storage run off the event loop:
         # a large package must not stall the server's other requests.
         if (known := await asyncio.to_thread(self.touch, sha256)) is not None:
@@ -122,13 +151,33 @@ class CodeStore:
             Path(tmp).unlink(missing_ok=True)
 
     def touch(self, sha256: str) -> CodePackagePublic | None:
-        """The package, with its retention restarted, if the server has it (row and file)."""
+        """The package, with its retention restarted, if the server has it (row, and a file
+        whose bytes still hash to its name: one rewritten in storage counts as missing,
+        so the next upload of the real bytes replaces it)."""
         with self.sessions.begin() as s:
             row = s.get(CodePackageRow, sha256)
-            if row is None or not storage.exists(self.uri(sha256)):
+            if row is None or not self.verify(sha256):
                 return None
             row.last_used_at = utcnow()
         return self.get(sha256)
+
+    def verify(self, sha256: str) -> bool:
+        """Whether the stored package's bytes still hash to its name. Jobs can reach the
+        storage path, so a package is checked whenever it is about to be used; reading
+        stops past the byte cap (a file grown in place is no package of ours)."""
+        if not storage.exists(self.uri(sha256)):
+            return False
+        digest, size = hashlib.sha256(), 0
+        with storage.open_random_access(self.uri(sha256)) as f:
+            while chunk := f.read(READ_CHUNK):
+                size += len(chunk)
+                if size > self.settings.code_max_bytes:
+                    break
+                digest.update(chunk)
+        if size <= self.settings.code_max_bytes and digest.hexdigest() == sha256:
+            return True
+        log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
+        return False
 
     def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int) -> Stored:
         with self._lock:
@@ -226,6 +275,15 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
     byte cap, and whose every entry inflates to exactly its declared size with the
     right CRC (a zip bomb that lies about its sizes is caught while reading)."""
     try:
+        try:
+            check_directory(path, settings.code_max_files)  # before ZipFile makes an object per record
+        except DirectoryTooLarge as exc:
+            raise CodeTooLarge(
+                f"The package holds more than {settings.code_max_files} files (RAYDOCK_CODE_MAX_FILES): {exc.what}. "
+                "Leave out what the job does not need.",
+                status=422,
+                details=[{"cap": "max_files"}],
+            ) from None
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             if len(infos) > settings.code_max_files:
@@ -269,16 +327,24 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
 
 def _check_entry(info: zipfile.ZipInfo, seen: set[str]) -> None:
     name = info.filename
-    parts = PurePosixPath(name).parts
+    # The name's own segments: PurePosixPath would drop a "." (so `code/./x` would pass
+    # the duplicate and reserved-name checks as a second name for `code/x`).
+    parts = name.split("/")
     if "\\" in name or "\x00" in name or name.startswith("/") or (len(name) > 1 and name[1] == ":"):
         raise _unsafe(name, "is an absolute or non-POSIX path")
-    if ".." in parts or "." in parts or "" in name.split("/"):
-        raise _unsafe(name, "climbs out of the package or has an empty step")
-    if stat.S_ISLNK(info.external_attr >> 16):
+    if ".." in parts or "." in parts or "" in parts[:-1]:
+        raise _unsafe(name, "climbs out of the package or has a '.' or empty step")
+    mode = info.external_attr >> 16
+    if stat.S_ISLNK(mode):
         raise _unsafe(name, "is a symbolic link")
+    if stat.S_IFMT(mode) not in (0, stat.S_IFREG) and not info.is_dir():
+        raise _unsafe(name, "is not a regular file")
+    if stat.S_IMODE(mode) & ~ALLOWED_MODE:
+        # Ray's unzip restores the mode: a setuid bit or a world-writable file would survive it.
+        raise _unsafe(name, f"has mode {stat.S_IMODE(mode):04o}; a package holds 0644 or 0755 files")
     if info.is_dir():
         raise _unsafe(name, "is a directory entry (a package holds files only)")
-    if len(parts) < 2 or parts[0] != TOP:
+    if len(parts) < 2 or parts[0] != TOP or not parts[-1]:
         raise _unsafe(name, f"is not under {TOP}/")
     if name in seen:
         raise _unsafe(name, "appears twice")
@@ -299,6 +365,15 @@ def _too_large_body(size: int, cap: int) -> CodeTooLarge:
         f"The package is {size}+ bytes, more than {cap} (RAYDOCK_CODE_MAX_BYTES). Leave out what the job does not "
         "need (a .gitignore or .rayignore file, runtime_env.excludes), or ask the operator to raise the cap.",
         details=[{"cap": "max_bytes"}],
+    )
+
+
+def altered(sha256: str) -> Conflict:
+    return Conflict(
+        f"Code package {sha256} was changed in storage after it was uploaded: its bytes no longer hash to its "
+        f"name, so the server will not use or describe it. Upload it again (PUT /v1/code/{sha256}; `raydock submit` "
+        "and Client.submit do) and tell the operator: the storage path's _code/ directory is writable by someone.",
+        code="code_package_altered",
     )
 
 

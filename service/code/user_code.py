@@ -7,8 +7,8 @@ symlink inside them (Ray follows links when it zips). The tree is walked the way
 walks it (``.gitignore``, ``.rayignore`` and ``excludes`` honoured) and the walk stops at
 the size and file-count caps, so a request never hashes a whole disk.
 
-``runtime_env`` keys are allowlisted; environment variables may not set ``RAYDOCK_*``
-or ``RAY_*`` (the server's and Ray's own settings). The entrypoint module is located by
+``runtime_env`` keys are allowlisted; its packages and environment variables are checked
+by service/code/package_policy.py (no installer options, no index or loader variables). The entrypoint module is located by
 path search alone, without importing any package: ``this.nothing`` must not run
 ``this``.
 
@@ -21,7 +21,6 @@ Error codes (all 422): ``runtime_env_key_not_allowed``, ``runtime_env_invalid``,
 from __future__ import annotations
 
 import os
-import re
 import sys
 from importlib.machinery import (
     BYTECODE_SUFFIXES,
@@ -40,6 +39,7 @@ import pathspec
 from api.code_package import BiggestFiles
 from api.errors import InvalidSpec
 from api.schemas import JobSpec
+from service.code.package_policy import MAX_LIST, PACKAGE_KEYS, check_env_vars, check_packages, str_list
 from service.settings import Settings
 
 ALLOWED_KEYS = {
@@ -50,11 +50,7 @@ ALLOWED_KEYS = {
     "py_modules": "more code: directories under the code root, or s3:// gs:// https:// archives",
     "config": "setup_timeout_seconds and eager_install",
 }
-RESERVED_ENV_PREFIXES = ("RAYDOCK_", "RAY_")
 REMOTE_SCHEMES = ("s3://", "gs://", "https://")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
-PACKAGE_KEYS = {"pip": {"packages", "pip_check", "pip_version"}, "uv": {"packages", "uv_check", "uv_version"}}
-MAX_LIST = 1000
 UPLOAD_HINT = (
     "To run code from your machine, upload it: `raydock submit` and Client.submit package a local working_dir "
     "and send `code: sha256:...` (PUT /v1/code/{sha256})."
@@ -75,7 +71,7 @@ def check_user_code(spec: JobSpec, settings: Settings) -> None:
         return
     at = ["base"] if spec.kind == "tune" else []
     env = spec.runtime_env or {}
-    _check_keys(env, at)
+    _check_keys(env, at, settings)
     budget = _Budget(settings)  # the caps count working_dir and py_modules together
     if spec.working_dir:
         spec.working_dir = str(_check_tree(spec.working_dir, at + ["working_dir"], env, settings, budget))
@@ -93,7 +89,7 @@ def _refuse(message: str, code: str, loc: list, msg: str) -> InvalidSpec:
     return InvalidSpec(message, code=code, details=[{"loc": loc, "msg": msg}])
 
 
-def _check_keys(env: dict[str, Any], at: list) -> None:
+def _check_keys(env: dict[str, Any], at: list, settings: Settings) -> None:
     for key, value in env.items():
         loc = at + ["runtime_env", key]
         if key not in ALLOWED_KEYS:
@@ -106,12 +102,12 @@ def _check_keys(env: dict[str, Any], at: list) -> None:
                 "key not allowed",
             )
         if key == "env_vars":
-            _check_env_vars(value, loc)
+            check_env_vars(value, loc)
         elif key in PACKAGE_KEYS:
-            _check_packages(key, value, loc)
+            check_packages(key, value, loc, settings.pip_allowed_hosts)
         elif key in ("excludes", "py_modules"):
             most = MAX_PY_MODULES if key == "py_modules" else MAX_LIST
-            if not _str_list(value) or len(value) > most:
+            if not str_list(value) or len(value) > most:
                 raise _refuse(
                     f"runtime_env.{key} must be a list of at most {most} strings.",
                     "runtime_env_invalid",
@@ -131,70 +127,6 @@ def _check_keys(env: dict[str, Any], at: list) -> None:
                     loc,
                     "unknown or mistyped config",
                 )
-
-
-def _str_list(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) <= MAX_LIST
-        and all(isinstance(v, str) and 0 < len(v) <= 4096 for v in value)
-    )
-
-
-def _check_env_vars(value: Any, loc: list) -> None:
-    if not isinstance(value, dict) or len(value) > MAX_LIST:
-        raise _refuse(
-            f"runtime_env.env_vars must map names to strings (at most {MAX_LIST}).",
-            "runtime_env_invalid",
-            loc,
-            "not a mapping",
-        )
-    for name, v in value.items():
-        if not ENV_NAME_RE.match(name) or not isinstance(v, str):
-            raise _refuse(
-                f"runtime_env.env_vars.{name!s:.200}: names are letters, digits and _ (not starting with a digit), values are strings.",
-                "runtime_env_invalid",
-                loc + [name],
-                "bad name or value",
-            )
-        if name.upper().startswith(RESERVED_ENV_PREFIXES):
-            raise _refuse(
-                f"runtime_env.env_vars.{name} is not allowed: RAYDOCK_* and RAY_* variables are set by the server "
-                f"and by Ray. Rename the variable your code reads (e.g. MY_{name}).",
-                "env_var_not_allowed",
-                loc + [name],
-                "reserved prefix",
-            )
-
-
-def _check_packages(key: str, value: Any, loc: list) -> None:
-    packages = value.get("packages") if isinstance(value, dict) else value
-    if isinstance(value, dict) and not set(value) <= PACKAGE_KEYS[key]:
-        extra = sorted(set(value) - PACKAGE_KEYS[key])
-        raise _refuse(
-            f"runtime_env.{key} may hold {', '.join(sorted(PACKAGE_KEYS[key]))}; not {', '.join(map(str, extra))}.",
-            "runtime_env_invalid",
-            loc,
-            "unknown key",
-        )
-    if not _str_list(packages):
-        # A string would be a requirements file read on the server.
-        raise _refuse(
-            f"runtime_env.{key} must be a list of requirement strings (like 'numpy==2.1'), not a file on the server.",
-            "runtime_env_invalid",
-            loc,
-            "not a list of requirements",
-        )
-    for req in packages:
-        if req.lstrip().startswith(("-", "/", ".", "~", "file:")):
-            raise _refuse(
-                f"runtime_env.{key} entry {req[:200]!r} is not a requirement: installer options (-r, -e, --index-url) "
-                "and local paths are not allowed; the cluster's installer configuration names the package index. "
-                "Ship local code with working_dir or py_modules.",
-                "runtime_env_invalid",
-                loc,
-                "option or path",
-            )
 
 
 # ---------------------------------------------------------------- server paths

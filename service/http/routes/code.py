@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Request, Response
 from starlette.requests import ClientDisconnect
 
 from api.errors import RaydockError
-from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic
+from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic, ErrorResponse
 from service.http.deps import Code
 from service.http.openapi import errors
 
@@ -47,6 +47,11 @@ def code_limits(code: Code) -> CodeLimits:
         201: {"description": "Stored."},
         200: {"model": CodePackagePublic, "description": "The server had these bytes already; nothing was read."},
         **errors(413, 422),
+        429: {
+            "model": ErrorResponse,
+            "description": "More uploads at once than the server takes (RAYDOCK_MAX_CONCURRENT_UPLOADS); "
+            "Retry-After says when to try again.",
+        },
     },
 )
 async def put_code(code: Code, sha256: Sha256, request: Request, response: Response) -> CodePackagePublic:
@@ -66,10 +71,13 @@ async def put_code(code: Code, sha256: Sha256, request: Request, response: Respo
     return stored.package
 
 
-@router.get("/code/{sha256}", response_model=CodePackagePublic, operation_id="get_code", responses=errors(404, 422))
+@router.get(
+    "/code/{sha256}", response_model=CodePackagePublic, operation_id="get_code", responses=errors(404, 409, 422)
+)
 def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
-    """A stored package: sizes, when it was last used, how many jobs reference it."""
-    return code.get(sha256)
+    """A stored package: sizes, when it was last used, how many jobs reference it (409
+    ``code_package_altered`` when its stored bytes no longer hash to its name)."""
+    return code.get(sha256, check=True)
 
 
 @router.head(
