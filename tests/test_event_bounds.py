@@ -111,6 +111,7 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
         target.stop()
 
 
+@pytest.mark.slow
 def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(target, database_url):
     job_id = target.running_job()
     attacks.seed_rows(target, job_id, metrics=600_000, trial_reports_n=400_000)
@@ -206,6 +207,7 @@ def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
 # ------------------------------------------------------------------ M9: the best trial
 
 
+@pytest.mark.slow
 def test_the_best_so_far_of_100k_reports_is_one_indexed_read(target):
     job_id = target.running_search()
     t0 = time.perf_counter()

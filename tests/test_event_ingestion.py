@@ -45,22 +45,22 @@ def stored(service, job_id: str) -> list[tuple[int, int, int]]:
 def test_both_channels_store_every_event_once_across_batches_and_retries(running):
     service, job_id = running
     events = [metric(i) for i in range(600)]
-    service.events.ingest(job_id, events[:150], push=True)  # a pushed batch
-    service.events.ingest(job_id, events[100:200], push=True)  # a retried post overlapping it
-    service.events.ingest(job_id, events[400:450], push=True)  # after a gap: the push does not skip ahead
+    service.ingest(job_id, events[:150], push=True)  # a pushed batch
+    service.ingest(job_id, events[100:200], push=True)  # a retried post overlapping it
+    service.ingest(job_id, events[400:450], push=True)  # after a gap: the push does not skip ahead
     text = log_text(events)
     first, rest = text[: len(text) // 3], text[len(text) // 3 :]
     taken = service.events.log(job_id, first, 0)  # the log channel: up to its last full line
     assert 0 < taken <= len(first)
     assert service.events.log(job_id, first, 0) == 0  # the same read again is not the next text: refused
     service.events.log(job_id, first[taken:] + rest, taken)
-    service.events.ingest(job_id, events[500:], push=True)  # late pushes of what the log brought
+    service.ingest(job_id, events[500:], push=True)  # late pushes of what the log brought
     assert stored(service, job_id) == [(i, 1, i) for i in range(600)]
 
     # A new attempt numbers its events from 0 again; the job's seq goes on.
     set_columns(service, job_id, attempt=2, log_offset=0)
     second = [metric(i) for i in range(20)]
-    service.events.ingest(job_id, second[:5], push=True)
+    service.ingest(job_id, second[:5], push=True)
     service.events.log(job_id, log_text(second), 0)
     assert stored(service, job_id)[600:] == [(600 + i, 2, i) for i in range(20)]
     with service.sessions() as s:
@@ -78,7 +78,7 @@ def test_a_batch_with_bad_events_stores_the_good_ones_and_counts_the_rest(runnin
         metric(1),
         {"type": "nope", "seq": 2},
     ]
-    service.events.ingest(job_id, batch, push=True)
+    service.ingest(job_id, batch, push=True)
     assert stored(service, job_id) == [(0, 1, 0), (1, 1, 1)]
     assert service.get(job_id).dropped_events == 3
 
@@ -88,7 +88,7 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     rng = random.Random(0)
     events = [metric(i, acc=rng.random(), note="text") for i in range(2500)]
     events[1234]["metrics"]["acc"], events[77]["metrics"]["acc"] = 5.0, -5.0  # the extremes, mid-series
-    service.events.ingest(job_id, events, push=True)
+    service.ingest(job_id, events, push=True)
 
     seen, since, more = [], -1, True
     while more:
@@ -132,7 +132,7 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
         if rng.random() < 0.2:
             log_at += service.events.log(job_id, log_text(events[at : at + size]), log_at, final=True)
         else:
-            service.events.ingest(job_id, events[at : at + size], push=True)
+            service.ingest(job_id, events[at : at + size], push=True)
         at += size
     assert stored(service, job_id)[-1][0] == n - 1
     windows = [

@@ -87,6 +87,7 @@ def compile_curves_worker(rank, world_size, kind, strategy, precision, settings)
 # ----------------------------------------------------------------------------- compile
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gpt", "cnn"])
 def test_compile_on_and_off_train_the_same_loss_curve(kind):
     off, on = run_workers(compile_curves_worker, 1, kind, "ddp", "fp32", ["off", "on"], timeout_s=600)[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import insert
 
 from service.cluster.local_cluster import start_head
@@ -14,6 +15,8 @@ from service.http.app import _maybe_stop_head
 from service.monitor import Monitor
 from service.runtime import Runtime
 from tests.jobstore import job_service, set_columns, submit
+
+pytestmark = pytest.mark.slow  # starts Ray heads of its own
 
 
 def test_the_local_head_stays_while_any_job_is_unended_and_stops_after(tmp_path):

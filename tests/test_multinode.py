@@ -25,6 +25,8 @@ from tests.netns import NetworkHosts
 from tests.servers import ServerProcess
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.slow  # starts a cluster of its own
+
 RAY = str(Path(sys.executable).with_name("ray"))
 # Ray notices a node whose raylet is gone by missed health checks (default: 5 misses
 # 3 s apart); faster here so the job's restart sees the one host that is left.

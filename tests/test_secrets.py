@@ -16,6 +16,8 @@ import pytest
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
 from tests.servers import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts a Ray head of its own
+
 API_TOKEN = "api-token-that-must-stay-with-the-server"
 CLOUD_KEY = "cloud-key-that-must-stay-with-the-server"
 

@@ -4,6 +4,7 @@ model building, step stream and ``trainers.checkpoint``."""
 
 import os
 
+import pytest
 import torch
 
 from api.schemas import TrainSpec
@@ -13,6 +14,8 @@ from trainers.classifier_loop import build_classifier, steps
 from trainers.data.tabular import InMemoryData
 from trainers.models import build_model
 from trainers.skeleton import Start
+
+pytestmark = pytest.mark.slow  # trains and resumes in torch worker processes
 
 SAVE_AT = 3
 

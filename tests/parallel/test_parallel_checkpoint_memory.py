@@ -10,6 +10,8 @@ from trainers.data.text import batch_at
 from trainers.models.gpt import build_gpt
 from trainers.parallel import build_mesh, parallelize
 
+pytestmark = pytest.mark.slow  # process groups of torch workers
+
 
 def _train(pm, steps):
     ds = dataset()

@@ -6,6 +6,8 @@ from api.schemas import ParallelismSpec
 from tests.parallel.parallel_harness import CFG, SEED, run_workers, train_specs_worker
 from trainers.models.gpt import build_gpt
 
+pytestmark = pytest.mark.slow  # process groups of torch workers
+
 STEPS = 20
 
 

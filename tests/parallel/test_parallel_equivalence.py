@@ -24,6 +24,8 @@ from trainers.data.text import batch_at
 from trainers.models.gpt import build_gpt, lm_loss
 from trainers.parallel import build_mesh, parallelize
 
+pytestmark = pytest.mark.slow  # process groups of 2-4 torch workers, minutes of CPU
+
 STEPS = 20
 TOL = 1e-4
 
