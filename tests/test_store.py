@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect
@@ -105,3 +107,62 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0003")
     assert "metric_rollups" not in inspect(engine).get_table_names()
+
+
+def test_event_bounds_migration_counts_and_cuts_what_was_stored(database_url):
+    """0005 fills each job's counters from the rows it has and keeps its newest ten
+    restarts listed with their count; the best of a trial stored before it is still found."""
+    from sqlalchemy import create_engine, text
+
+    from service.db.engine import make_engine, make_sessionmaker
+    from service.events.trials import best_report
+
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+    old = create_engine(database_url)
+    restarts = [{"attempt": 1, "ts": float(i), "reason": f"lost {i}"} for i in range(15)]
+    with old.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004")
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, name, kind, status, labels, spec, created_at, attempt, log_offset, priority,"
+                " restarts, metrics_stored) VALUES ('j1', 'n', 'tune', 'RUNNING', '{}', '{}', '2026-01-01', 1, 0, 0,"
+                " :restarts, 0)"
+            ),
+            {"restarts": json.dumps(restarts)},
+        )
+        for t, best in (("t1", 0.5), ("t2", 0.25), ("t3", None)):
+            conn.execute(
+                text(
+                    "INSERT INTO trials (job_id, trial_id, status, config, reports, best_metric, exploits,"
+                    " event_attempt, event_seq) VALUES ('j1', :t, 'RUNNING', '{}', 2, :best, 0, 0, -1)"
+                ),
+                {"t": t, "best": best},
+            )
+        for seq, (t, loss) in enumerate((("t1", 0.9), ("t1", 0.5), ("t2", 0.25), ("t2", 0.4))):
+            conn.execute(
+                text(
+                    'INSERT INTO trial_metrics (job_id, attempt, src_seq, trial_id, ts, "values", config)'
+                    " VALUES ('j1', 1, :seq, :t, 0, :values, '{}')"
+                ),
+                {"seq": seq, "t": t, "values": json.dumps({"loss": loss})},
+            )
+    old.dispose()
+
+    engine = make_engine(database_url)  # upgrades to the newest revision
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT restarts, restarts_total, trials_stored, trial_metrics_stored FROM jobs WHERE id = 'j1'")
+        ).one()
+    kept = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    assert (row[1], row[2], row[3]) == (15, 3, 4)
+    assert [r["reason"] for r in kept] == [f"lost {i}" for i in range(5, 15)]
+    with make_sessionmaker(engine)() as s:
+        best = best_report(s, "j1", "loss", "min")
+    assert (best.trial_id, best.values["loss"]) == ("t2", 0.25)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004")
+    assert "restarts_total" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
+    engine.dispose()
