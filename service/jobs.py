@@ -28,7 +28,19 @@ from api.schemas import (
     JobStatus,
     MetricPoint,
 )
-from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
+from service import (
+    admission,
+    archive,
+    job_purge,
+    job_records,
+    lifecycle,
+    listing,
+    logs,
+    queue,
+    series,
+    storage,
+    user_code,
+)
 from service.code_packages import CodeStore
 from service.event_limits import EventLimits
 from service.event_push import PushGate, check_search_batch, chunks
@@ -234,7 +246,13 @@ class JobService:
             )
         if not storage.exists(row.path):
             raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
-        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", storage.archive(row.path, prefix)
+        try:
+            pieces = archive.checkpoint_tar(row.path, prefix)
+        except OSError:  # swapped for a link or a file since it was listed
+            raise NotFound(
+                f"Checkpoint {checkpoint_id} of job {job_id} is no longer a directory inside the job's storage."
+            ) from None
+        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", pieces
 
     # ------------------------------------------------------------------ control
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from api.errors import Unauthorized
 from api.schemas import INT64_MAX
 from service.code_packages import CodeStore
+from service.http.downloads import DownloadGate
 from service.jobs import JobService
 from service.listing import MAX_CURSOR_CHARS
 from service.settings import Settings
@@ -35,6 +36,10 @@ async def job_service(request: Request) -> JobService:
     return request.app.state.runtime.service
 
 
+async def download_gate(request: Request) -> DownloadGate:
+    return request.app.state.downloads
+
+
 async def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
     return jobs.code
 
@@ -49,6 +54,7 @@ async def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmak
 
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobService, Depends(job_service)]
+Downloads = Annotated[DownloadGate, Depends(download_gate)]
 Code = Annotated[CodeStore, Depends(code_store)]
 Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]
