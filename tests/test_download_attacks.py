@@ -1,0 +1,175 @@
+"""Checkpoint downloads under attack, over real HTTP against a real server (SQLite, no
+Ray: ``tests/download_attacks.py`` puts the job and its checkpoint in place, and the
+test then does what the job's code or a client could do)."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.store import CheckpointRow
+from tests import download_attacks as attacks
+
+SEND_TIMEOUT_S = 3
+LIMIT = 8
+
+
+@pytest.fixture()
+def target(tmp_path):
+    t = attacks.start_target(
+        tmp_path, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(SEND_TIMEOUT_S), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
+    )
+    yield t
+    t.stop()
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_files_swapped_for_links_while_the_job_holds_its_download_are_not_read(target, tmp_path):
+    """The job lists a checkpoint of its own, starts its download, stops reading once the
+    server has packed a piece, swaps the files not yet packed (and a directory) for links
+    to files of the API host, then reads on."""
+    secret = b"API-HOST-SECRET-" * 64
+    (tmp_path / "host-secret.txt").write_bytes(secret)  # a file of the API host, outside every prefix
+    (tmp_path / "host-dir").mkdir()
+    (tmp_path / "host-dir" / "part0").write_bytes(secret)
+    environ = Path(f"/proc/{target.server.proc.pid}/environ").read_bytes()
+    job_id = target.running_job()
+    big = {f"big{i}.bin": os.urandom(16 << 20) for i in range(4)}  # far more than the pipe and sockets hold
+    small = {f"s{i:02d}": b"a" * 48 for i in range(20)}
+    row_id, ckpt = attacks.checkpoint(target, job_id, {**big, **small, "shards/part0": b"b" * 48})
+
+    with httpx.Client() as client, client.stream("GET", target.url + attacks.download_path(job_id, row_id)) as r:
+        assert r.status_code == 200
+        pieces = r.iter_raw()
+        got = [next(pieces)]
+        time.sleep(1.5)  # the server's packing thread now waits on the full pipe
+        for i, name in enumerate(small):
+            attacks.swap_for_link(ckpt / name, "/proc/self/environ" if i % 2 else str(tmp_path / "host-secret.txt"))
+        attacks.swap_for_link(ckpt / "shards", str(tmp_path / "host-dir"))
+        got.extend(pieces)
+
+    files = members(b"".join(got))
+    leaked = [name for name, data in files.items() if data in secret or data in environ[: len(data) + 1]]
+    print(f"members {len(files)}, leaked {leaked}")
+    assert not [n for n in leaked if n not in big]
+    assert all(files[name] == data for name, data in big.items())
+
+
+def test_a_checkpoint_directory_swapped_for_a_link_is_404(target, tmp_path):
+    job_id = target.running_job()
+    row_id, ckpt = attacks.checkpoint(target, job_id, {"model.pt": b"m" * 100})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "model.pt").write_bytes(b"API-HOST-SECRET")
+    attacks.swap_for_link(ckpt, str(tmp_path / "elsewhere"))
+    r = httpx.get(target.url + attacks.download_path(job_id, row_id))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+    assert b"API-HOST-SECRET" not in r.content
+
+
+def test_a_fifo_in_a_checkpoint_is_left_out_and_never_waited_on(target):
+    job_id = target.running_job()
+    row_id, ckpt = attacks.checkpoint(target, job_id, {"model.pt": b"m" * 100})
+    os.mkfifo(ckpt / "a-fifo")
+    r = httpx.get(target.url + attacks.download_path(job_id, row_id), timeout=20)
+    assert r.status_code == 200
+    assert members(r.content) == {"model.pt": b"m" * 100}
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        "file://{prefix}/%2e%2e/%2e%2e/{probe}",  # decoded by pyarrow into ../..
+        "file://{prefix}/..%2F..%2F{probe}",
+        "file://{prefix}/x/..?/../{probe}",  # pyarrow drops the query
+    ],
+)
+def test_a_percent_encoded_checkpoint_path_is_no_oracle_for_api_host_paths(target, tmp_path, encoded):
+    """A job reports checkpoints whose file:// paths climb out of its prefix once decoded:
+    one that names a directory of the API host, one that names nothing. Both must be
+    refused alike (not listed, 404), or the listing tells which exists."""
+    job_id = target.running_job()
+    prefix = target.service.prefix(job_id)
+    os.makedirs(prefix, exist_ok=True)
+    depth = prefix.rstrip("/").count("/")
+    exists = encoded.format(prefix=prefix, probe="%2e%2e/" * depth + str(tmp_path).lstrip("/"))
+    missing = encoded.format(prefix=prefix, probe="%2e%2e/" * depth + "no/such/dir")
+    for path in (exists, missing):
+        r = target.push(job_id, {"type": "checkpoint", "seq": 0 if path is exists else 1, "path": path, "metrics": {}})
+        assert r.status_code == 204, r.text
+    with target.service.sessions.begin() as s:  # as an older server may have stored them
+        rows = [CheckpointRow(job_id=job_id, attempt=1, path=p, values={}) for p in (exists, missing)]
+        s.add_all(rows)
+        s.flush()
+        ids = [row.id for row in rows]
+    assert httpx.get(f"{target.url}/v1/jobs/{job_id}/checkpoints").json() == []
+    for row_id in ids:
+        assert httpx.get(target.url + attacks.download_path(job_id, row_id)).status_code == 404
+
+
+def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
+    """100 connections ask for a 32 MiB checkpoint and read nothing."""
+    send_timeout_s = 12  # long enough to take the figures while all are held
+    target = attacks.start_target(
+        tmp_path, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(send_timeout_s), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
+    )
+    try:
+        job_id = target.running_job()
+        row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(32 << 20)})
+        f = attacks.stall_downloads(target, job_id, row_id, connections=100, send_timeout_s=send_timeout_s)
+    finally:
+        target.stop()
+    print(
+        f"100 stalled downloads: {f.served} served, {f.refused} refused (429); GET /v1/jobs p50 {f.list_p50_ms:.0f} ms "
+        f"max {f.list_max_ms:.0f} ms; RSS +{f.rss_grew_mib:.0f} MiB; threads +{f.threads_grew}, "
+        f"+{f.threads_after_drop} after the send timeout; a fresh download served {f.freed_after_s:.1f} s after the first "
+        f"stalled request ({f.fresh_download_status})"
+    )
+    assert f.served <= LIMIT and f.served + f.refused == f.connections
+    assert f.list_max_ms < 1000
+    assert f.rss_grew_mib < 150
+    assert f.threads_grew <= 3 * LIMIT + 8  # a packing thread and a reading one per download, a few of the pool
+    assert f.threads_after_drop <= LIMIT + 4
+    assert f.fresh_download_status == 200 and f.freed_after_s < send_timeout_s + 10
+
+
+def test_one_download_too_many_is_429_with_a_code_and_retry_after(target):
+    job_id = target.running_job()
+    row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(8 << 20)})
+    socks = [attacks.stalled_download(target, attacks.download_path(job_id, row_id)) for _ in range(LIMIT)]
+    try:
+        assert [attacks.status_of(s) for s in socks] == [200] * LIMIT
+        r = httpx.get(target.url + attacks.download_path(job_id, row_id))
+        assert r.status_code == 429 and r.headers["Retry-After"] == "5"
+        assert r.json()["error"]["code"] == "too_many_downloads"
+        assert "RAYDOCK_MAX_CONCURRENT_DOWNLOADS" in r.json()["error"]["message"]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(target):
+    job_id = target.running_job()
+    row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(16 << 20)})
+    attacks.list_ms(target, 3)
+    threads0 = attacks.server_threads(target)
+    for _ in range(3 * LIMIT):  # each goes after its first bytes; a place not freed would make a 429
+        sock = attacks.stalled_download(target, attacks.download_path(job_id, row_id))
+        assert attacks.status_of(sock) == 200
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+        sock.close()
+        time.sleep(0.3)
+    time.sleep(2)
+    grew = attacks.server_threads(target) - threads0
+    print(f"threads over the baseline after {3 * LIMIT} abandoned downloads: {grew}")
+    assert grew <= LIMIT + 2
