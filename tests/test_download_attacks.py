@@ -86,29 +86,38 @@ def test_a_fifo_in_a_checkpoint_is_left_out_and_never_waited_on(target):
     assert members(r.content) == {"model.pt": b"m" * 100}
 
 
-@pytest.mark.parametrize(
-    "encoded",
-    [
-        "file://{prefix}/%2e%2e/%2e%2e/{probe}",  # decoded by pyarrow into ../..
-        "file://{prefix}/..%2F..%2F{probe}",
-        "file://{prefix}/x/..?/../{probe}",  # pyarrow drops the query
-    ],
-)
-def test_a_percent_encoded_checkpoint_path_is_no_oracle_for_api_host_paths(target, tmp_path, encoded):
-    """A job reports checkpoints whose file:// paths climb out of its prefix once decoded:
-    one that names a directory of the API host, one that names nothing. Both must be
-    refused alike (not listed, 404), or the listing tells which exists."""
+def _climb(prefix: str, to: str, up: str = "%2e%2e/") -> str:
+    return up * prefix.rstrip("/").count("/") + to.lstrip("/")
+
+
+# Each: (a path of the API host that exists, one that does not) -> the pair as file:// URIs
+# that a check on the raw text takes for paths inside the job's prefix.
+ORACLES = {
+    "percent-encoded ..": lambda p, host: (f"file://{p}/{_climb(p, host)}", f"file://{p}/{_climb(p, '/no/such')}"),
+    "encoded slashes": lambda p, host: (
+        f"file://{p}/{_climb(p, host, '..%2F')}",
+        f"file://{p}/{_climb(p, '/no/such', '..%2F')}",
+    ),
+    "a fragment pyarrow drops": lambda p, host: (f"file://{p}/..#", f"file://{p}/no-such/..#"),
+}
+
+
+@pytest.mark.parametrize("oracle", ORACLES)
+def test_a_file_uri_checkpoint_path_is_no_existence_oracle_for_api_host_paths(target, tmp_path, oracle):
+    """A job reports checkpoints whose file:// paths leave its prefix once pyarrow reads
+    them: one names a directory of the API host, the other nothing. Both must be refused
+    alike (dropped, never listed, 404), or the listing tells which exists."""
     job_id = target.running_job()
     prefix = target.service.prefix(job_id)
     os.makedirs(prefix, exist_ok=True)
-    depth = prefix.rstrip("/").count("/")
-    exists = encoded.format(prefix=prefix, probe="%2e%2e/" * depth + str(tmp_path).lstrip("/"))
-    missing = encoded.format(prefix=prefix, probe="%2e%2e/" * depth + "no/such/dir")
-    for path in (exists, missing):
-        r = target.push(job_id, {"type": "checkpoint", "seq": 0 if path is exists else 1, "path": path, "metrics": {}})
+    pair = ORACLES[oracle](prefix, str(tmp_path))
+    for seq, path in enumerate(pair):
+        r = target.push(job_id, {"type": "checkpoint", "seq": seq, "path": path, "metrics": {}})
         assert r.status_code == 204, r.text
-    with target.service.sessions.begin() as s:  # as an older server may have stored them
-        rows = [CheckpointRow(job_id=job_id, attempt=1, path=p, values={}) for p in (exists, missing)]
+    listed = httpx.get(f"{target.url}/v1/jobs/{job_id}/checkpoints").json()
+    assert listed == [], f"listed {[c['path'] for c in listed]}"
+    with target.service.sessions.begin() as s:  # rows an older server may have stored
+        rows = [CheckpointRow(job_id=job_id, attempt=1, path=p + "/", values={}) for p in pair]
         s.add_all(rows)
         s.flush()
         ids = [row.id for row in rows]
