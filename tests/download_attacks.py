@@ -6,9 +6,11 @@ print the same figures."""
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import statistics
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,47 @@ def swap_for_link(path: Path, target: str) -> None:
             child.unlink()
         path.rmdir()
     os.replace(tmp, path)
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+@dataclass
+class SwapFigures:
+    files: dict[str, bytes]  # what the download held
+    big: dict[str, bytes]  # the checkpoint's own large files (packed before the swap)
+    leaked: list[str]  # members whose bytes are the API host's
+
+
+def swap_while_paused(target: Target, host_dir: Path) -> SwapFigures:
+    """The job lists a checkpoint of its own, starts its download, stops reading once the
+    server has packed a piece, swaps the files not yet packed (and a directory) for links
+    to files of the API host (a secret of its own and /proc/self/environ), then reads on."""
+    secret = b"API-HOST-SECRET-" * 64
+    (host_dir / "host-secret.txt").write_bytes(secret)  # a file of the API host, outside every prefix
+    (host_dir / "host-dir").mkdir()
+    (host_dir / "host-dir" / "part0").write_bytes(secret)
+    environ = Path(f"/proc/{target.server.proc.pid}/environ").read_bytes()
+    job_id = target.running_job()
+    big = {f"big{i}.bin": os.urandom(16 << 20) for i in range(4)}  # far more than the pipe and sockets hold
+    small = {f"s{i:02d}": b"a" * 48 for i in range(20)}
+    row_id, ckpt = checkpoint(target, job_id, {**big, **small, "shards/part0": b"b" * 48})
+
+    with httpx.Client() as client, client.stream("GET", target.url + download_path(job_id, row_id)) as r:
+        assert r.status_code == 200, r.read()
+        pieces = r.iter_raw()
+        got = [next(pieces)]
+        time.sleep(1.5)  # the server's packing thread now waits on the full pipe
+        for i, name in enumerate(small):
+            swap_for_link(ckpt / name, "/proc/self/environ" if i % 2 else str(host_dir / "host-secret.txt"))
+        swap_for_link(ckpt / "shards", str(host_dir / "host-dir"))
+        got.extend(pieces)
+
+    files = members(b"".join(got))
+    leaked = [n for n, data in files.items() if n not in big and (data in secret or data in environ)]
+    return SwapFigures(files, big, leaked)
 
 
 # ------------------------------------------------------------------------------- stalled clients

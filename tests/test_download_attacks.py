@@ -4,12 +4,9 @@ test then does what the job's code or a client could do)."""
 
 from __future__ import annotations
 
-import io
 import os
 import socket
-import tarfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -30,40 +27,11 @@ def target(tmp_path):
     t.stop()
 
 
-def members(data: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-
-
 def test_files_swapped_for_links_while_the_job_holds_its_download_are_not_read(target, tmp_path):
-    """The job lists a checkpoint of its own, starts its download, stops reading once the
-    server has packed a piece, swaps the files not yet packed (and a directory) for links
-    to files of the API host, then reads on."""
-    secret = b"API-HOST-SECRET-" * 64
-    (tmp_path / "host-secret.txt").write_bytes(secret)  # a file of the API host, outside every prefix
-    (tmp_path / "host-dir").mkdir()
-    (tmp_path / "host-dir" / "part0").write_bytes(secret)
-    environ = Path(f"/proc/{target.server.proc.pid}/environ").read_bytes()
-    job_id = target.running_job()
-    big = {f"big{i}.bin": os.urandom(16 << 20) for i in range(4)}  # far more than the pipe and sockets hold
-    small = {f"s{i:02d}": b"a" * 48 for i in range(20)}
-    row_id, ckpt = attacks.checkpoint(target, job_id, {**big, **small, "shards/part0": b"b" * 48})
-
-    with httpx.Client() as client, client.stream("GET", target.url + attacks.download_path(job_id, row_id)) as r:
-        assert r.status_code == 200
-        pieces = r.iter_raw()
-        got = [next(pieces)]
-        time.sleep(1.5)  # the server's packing thread now waits on the full pipe
-        for i, name in enumerate(small):
-            attacks.swap_for_link(ckpt / name, "/proc/self/environ" if i % 2 else str(tmp_path / "host-secret.txt"))
-        attacks.swap_for_link(ckpt / "shards", str(tmp_path / "host-dir"))
-        got.extend(pieces)
-
-    files = members(b"".join(got))
-    leaked = [name for name, data in files.items() if data in secret or data in environ[: len(data) + 1]]
-    print(f"members {len(files)}, leaked {leaked}")
-    assert not [n for n in leaked if n not in big]
-    assert all(files[name] == data for name, data in big.items())
+    f = attacks.swap_while_paused(target, tmp_path)
+    print(f"members {len(f.files)}, leaked {f.leaked}")
+    assert f.leaked == []
+    assert all(f.files[name] == data for name, data in f.big.items())
 
 
 def test_a_checkpoint_directory_swapped_for_a_link_is_404(target, tmp_path):
@@ -83,7 +51,7 @@ def test_a_fifo_in_a_checkpoint_is_left_out_and_never_waited_on(target):
     os.mkfifo(ckpt / "a-fifo")
     r = httpx.get(target.url + attacks.download_path(job_id, row_id), timeout=20)
     assert r.status_code == 200
-    assert members(r.content) == {"model.pt": b"m" * 100}
+    assert attacks.members(r.content) == {"model.pt": b"m" * 100}
 
 
 def _climb(prefix: str, to: str, up: str = "%2e%2e/") -> str:
