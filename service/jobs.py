@@ -39,6 +39,7 @@ from service.events import logs, series
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
+from service.files import archive
 from service.settings import Settings
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
@@ -239,7 +240,13 @@ class JobService:
             )
         if not storage.exists(row.path):
             raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
-        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", storage.archive(row.path, prefix)
+        try:
+            pieces = archive.checkpoint_tar(row.path, prefix)
+        except OSError:  # swapped for a link or a file since it was listed
+            raise NotFound(
+                f"Checkpoint {checkpoint_id} of job {job_id} is no longer a directory inside the job's storage."
+            ) from None
+        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", pieces
 
     # ------------------------------------------------------------------ control
 

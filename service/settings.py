@@ -37,6 +37,17 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=1 << 20, ge=1, description="Largest request body the API reads (413 above it)."
     )
+    max_concurrent_downloads: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="Checkpoint downloads served at once; one more is turned away with 429 (too_many_downloads).",
+    )
+    download_send_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A checkpoint download whose client reads nothing for this long is dropped.",
+    )
     local_num_cpus: int | None = Field(default=None, description="CPUs the local Ray head advertises (default: all).")
     monitor_interval_s: float = Field(default=0.5, description="How often job statuses are polled.")
     train_health_check_interval_s: float = Field(

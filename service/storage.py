@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 import posixpath
-import queue
-import tarfile
-import threading
-from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
+
+from service.files import localfs
 
 LAUNCH_DIR = "_raydock"  # under a job's prefix: what the server hands each attempt's driver
 
@@ -31,25 +29,37 @@ def job_prefix(base: str, job_id: str) -> str:
     return join(base, job_id)
 
 
-def _is_local(uri: str) -> bool:
+def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
+def local_path(uri: str) -> str:
+    """The path a local ``uri`` names, as pyarrow reads it: a ``file://`` URI percent-decoded."""
+    return unquote(urlsplit(uri).path) if uri.startswith("file://") else uri
+
+
 def _local(uri: str) -> str:
-    return os.path.realpath(uri.removeprefix("file://"))
+    return os.path.realpath(local_path(uri))
 
 
 def within(path: str, prefix: str) -> bool:
     """Whether ``path`` names something inside ``prefix`` once normalised: the same
     scheme and bucket, no ``..`` step, and (for a local path) no symlink out of it."""
-    if not path or "\x00" in path or ".." in path.replace("\\", "/").split("/"):
+    if not path or is_local(prefix) != is_local(path):
         return False
-    if _is_local(prefix) != _is_local(path):
-        return False
-    if _is_local(prefix):
-        if not (path.startswith("/") or path.startswith("file:///")):
+    if is_local(path):
+        # A file:// URI is checked as pyarrow will read it: decoded, so %2e%2e is a ``..``.
+        if path.startswith("file://") and not (path.startswith("file:///") and _plain_url(path)):
             return False
-        root, target = _local(prefix), _local(path)
+        path = local_path(path)
+    if "\x00" in path or ".." in path.replace("\\", "/").split("/"):
+        return False
+    if is_local(prefix):
+        if not path.startswith("/"):
+            return False
+        # The prefix's own last component is not followed: a job that turned its directory
+        # into a link has nothing inside it.
+        root, target = localfs.real_prefix(local_path(prefix)), os.path.realpath(path)
         return target == root or target.startswith(root.rstrip("/") + "/")
     p, t = urlsplit(prefix), urlsplit(path)
     if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment:
@@ -58,88 +68,18 @@ def within(path: str, prefix: str) -> bool:
     return target == root or target.startswith(root.rstrip("/") + "/")
 
 
+def _plain_url(uri: str) -> bool:
+    return "?" not in uri and "#" not in uri  # pyarrow would drop a query or fragment unseen
+
+
 def exists(uri: str) -> bool:
     fs, path = _resolve(uri)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-ARCHIVE_PIECE = 256 * 1024  # bytes of tar.gz handed on at a time
-ARCHIVE_QUEUE = 16  # pieces in flight: what a download holds in memory, whatever its size
-
-
-class _Pipe:
-    """The write end tarfile writes into; a bounded queue carries the pieces to the reader."""
-
-    def __init__(self) -> None:
-        self.q: queue.Queue[bytes | BaseException | None] = queue.Queue(ARCHIVE_QUEUE)
-        self.buf = bytearray()
-        self.closed = threading.Event()  # the reader went away
-
-    def write(self, data: bytes) -> int:
-        if self.closed.is_set():
-            raise BrokenPipeError("the download was closed")
-        self.buf += data
-        if len(self.buf) >= ARCHIVE_PIECE:
-            self._put(bytes(self.buf))
-            self.buf.clear()
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def _put(self, item: bytes | BaseException | None) -> None:
-        while not self.closed.is_set():
-            try:
-                self.q.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-
-
-def archive(uri: str, prefix: str) -> Iterator[bytes]:
-    """A tar.gz of the directory at ``uri``, with paths relative to it, as pieces made
-    while they are read: a writer thread packs file by file into a bounded pipe, so the
-    memory it takes does not grow with the checkpoint. Only files inside ``prefix`` are
-    read: a link out of the job's prefix is left out."""
-    if not within(uri, prefix):
-        raise PermissionError(f"{uri} is outside {prefix}")
-    fs, root = _resolve(uri)
-    files = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
-    if _is_local(uri):
-        files = [i for i in files if within(i.path, prefix)]
-    pipe = _Pipe()
-
-    def pack() -> None:
-        try:
-            with tarfile.open(fileobj=pipe, mode="w:gz", compresslevel=1) as tar:
-                for info in files:
-                    member = tarfile.TarInfo(info.path[len(root) :].lstrip("/"))
-                    member.size = info.size
-                    member.mtime = int(info.mtime.timestamp()) if info.mtime else 0
-                    with fs.open_input_stream(info.path) as f:
-                        tar.addfile(member, f)
-            pipe._put(bytes(pipe.buf))
-            pipe._put(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            pipe._put(exc)
-
-    def pieces() -> Iterator[bytes]:
-        threading.Thread(target=pack, daemon=True, name="raydock-archive").start()
-        try:
-            while (item := pipe.q.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                if item:
-                    yield item
-        finally:
-            pipe.closed.set()
-
-    return pieces()
-
-
 def write_private(uri: str, data: bytes) -> None:
     """Write a file only the server's user can read (0600 where the filesystem has modes)."""
-    if _is_local(uri):
+    if is_local(uri):
         path = uri.removeprefix("file://")
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -168,7 +108,7 @@ def delete_tree(uri: str) -> None:
 def put_file(local_path: str, uri: str) -> None:
     """Store a local file at ``uri`` whole or not at all: a local target is written next
     to it and renamed, an object store's upload becomes visible only when complete."""
-    if _is_local(uri):
+    if is_local(uri):
         target = uri.removeprefix("file://")
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         partial = f"{target}.partial-{os.getpid()}-{os.urandom(4).hex()}"
@@ -190,8 +130,8 @@ def put_file(local_path: str, uri: str) -> None:
 
 def open_random_access(uri: str):
     """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all)."""
-    if _is_local(uri):
-        return open(uri.removeprefix("file://"), "rb")
+    if is_local(uri):
+        return open(local_path(uri), "rb")
     fs, path = _resolve(uri)
     return fs.open_input_file(path)
 
@@ -199,4 +139,4 @@ def open_random_access(uri: str):
 def fetch_uri(uri: str) -> str:
     """The URI a Ray node fetches ``uri`` by: ``file://`` for a local path (every node
     must see it, as for checkpoints), the storage URI itself otherwise."""
-    return "file://" + _local(uri) if _is_local(uri) else uri
+    return "file://" + _local(uri) if is_local(uri) else uri

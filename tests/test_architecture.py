@@ -42,6 +42,7 @@ SERVICE_ROOMS: dict[str, set[str]] = {
     "service.cluster": {"service.settings"},
     "service.events": {"service.db", "service.cluster", "service.lifecycle", "service.storage", "service.settings"},
     "service.code": {"service.db", "service.storage", "service.settings"},
+    "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {"service.db", "service.settings"},
     "service.dashboard": {"service.jobs", "service.db", "service.events", "service.settings"},

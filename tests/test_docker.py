@@ -516,6 +516,43 @@ def test_compose_structure():
     assert {"raydock-shared", "postgres-data"} <= set(config["volumes"])
 
 
+RAY_SERVICES = ("ray-head", "ray-worker", "ray-worker-gpu")
+
+
+def _compose_mounts(service: dict) -> dict[str, str]:
+    """target -> source of each volume a compose service mounts (short syntax)."""
+    out = {}
+    for v in service.get("volumes", []):
+        source, target = v.split(":")[:2]
+        out[target] = source
+    return out
+
+
+def _under(path: str, mount: str) -> bool:
+    return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def test_compose_keeps_the_api_data_off_what_jobs_write():
+    """Jobs write the shared volume: the API's data dir (its database when SQLite,
+    uploads being received, tokens) is on a volume of its own that no Ray node mounts."""
+    services = load_yaml(COMPOSE)["services"]
+    api = services["api"]
+    data_dir = api["environment"]["RAYDOCK_DATA_DIR"]
+    api_mounts = _compose_mounts(api)
+    holding = [target for target in api_mounts if _under(data_dir, target)]
+    assert holding, f"the API's data dir {data_dir} is on no volume of its own"
+    data_volume = api_mounts[max(holding, key=len)]
+    assert data_volume != "raydock-shared"
+    for name in RAY_SERVICES:
+        ray_mounts = _compose_mounts(services[name])
+        assert data_volume not in ray_mounts.values(), name
+        assert not any(_under(data_dir, target) for target in ray_mounts), name
+        assert "RAYDOCK_DATA_DIR" not in services[name].get("environment", {}), name
+    assert not _under(data_dir, SHARED_MOUNT)
+    env = " ".join(line for line in final_stage("Dockerfile.api") if line.startswith("ENV "))
+    assert f"RAYDOCK_DATA_DIR={data_dir}" in env
+
+
 # --------------------------------------------------------------------------
 # Ray cluster launcher
 
@@ -928,6 +965,29 @@ def test_api_deployment_wiring():
     shared = [n for n, v in volumes.items() if v.get("persistentVolumeClaim", {}).get("claimName") == "raydock-shared"]
     assert shared and mounts[shared[0]] == SHARED_MOUNT
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_api_pod_holds_no_service_account_token_and_keeps_its_data_off_what_jobs_write():
+    pod = kuberay_doc("Deployment", "raydock-api")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    container = pod["containers"][0]
+    data_dir = container_env(container)["RAYDOCK_DATA_DIR"]["value"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    holding = [path for path in mounts if _under(data_dir, path)]
+    assert holding, f"the API's data dir {data_dir} is on no volume of its own"
+    data_volume = {v["name"]: v for v in pod["volumes"]}[mounts[max(holding, key=len)]]
+    assert data_volume.get("persistentVolumeClaim", {}).get("claimName") != "raydock-shared"
+    ray_claims = set()
+    for group, template in ray_pod_templates(kuberay_doc("RayCluster")):
+        ray_claims |= {
+            v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"] if "persistentVolumeClaim" in v
+        }
+        for c in template["spec"]["containers"]:
+            assert not any(_under(data_dir, m["mountPath"]) for m in c.get("volumeMounts", [])), group
+    assert (
+        "persistentVolumeClaim" not in data_volume
+        or data_volume["persistentVolumeClaim"]["claimName"] not in ray_claims
+    )
 
 
 def test_head_network_policy_admits_api():

@@ -23,6 +23,7 @@ from api.schemas import JobStatus
 from service.cluster.ray_backend import ClusterUnavailable
 from service.db.models import JobRow
 from service.http.deps import require_token
+from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
 from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=errors(400, 413),  # the request guard and body parsing answer these on any route
     )
     app.state.settings = settings
+    app.state.downloads = DownloadGate(settings.max_concurrent_downloads, settings.download_send_timeout_s)
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),

@@ -20,6 +20,7 @@ from api.schemas import INT64_MAX
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
 from service.events.trials import TrialService
+from service.http.downloads import DownloadGate
 from service.jobs import JobService
 from service.settings import Settings
 
@@ -33,6 +34,10 @@ async def settings(request: Request) -> Settings:
 
 async def job_service(request: Request) -> JobService:
     return request.app.state.runtime.service
+
+
+async def download_gate(request: Request) -> DownloadGate:
+    return request.app.state.downloads
 
 
 async def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
@@ -49,6 +54,7 @@ async def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmak
 
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobService, Depends(job_service)]
+Downloads = Annotated[DownloadGate, Depends(download_gate)]
 Code = Annotated[CodeStore, Depends(code_store)]
 Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 
 from api.schemas import CheckpointPublic
-from service.http.deps import CheckpointId, JobId, Jobs
+from service.http.deps import CheckpointId, Downloads, JobId, Jobs
+from service.http.downloads import GzipResponse
 from service.http.openapi import errors
 
 router = APIRouter(tags=["checkpoints"])
-
-
-class GzipResponse(StreamingResponse):
-    media_type = "application/gzip"
 
 
 @router.get(
@@ -32,10 +28,16 @@ def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
     operation_id="download_checkpoint",
     responses={
         200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}},
-        **errors(404, 422),
+        **errors(404, 422, 429),
     },
 )
-def download_checkpoint(jobs: Jobs, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
-    """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory)."""
-    filename, pieces = jobs.checkpoint_archive(job_id, checkpoint_id)
-    return GzipResponse(pieces, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+def download_checkpoint(jobs: Jobs, downloads: Downloads, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
+    """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory).
+    At most RAYDOCK_MAX_CONCURRENT_DOWNLOADS at once (429 `too_many_downloads` beyond)."""
+    release = downloads.admit()
+    try:
+        filename, pieces = jobs.checkpoint_archive(job_id, checkpoint_id)
+    except BaseException:
+        release()
+        raise
+    return downloads.response(pieces, release, filename)

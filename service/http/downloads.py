@@ -1,0 +1,107 @@
+"""Checkpoint downloads held to a bound: at most ``RAYDOCK_MAX_CONCURRENT_DOWNLOADS`` at
+once (one more is turned away with 429 ``too_many_downloads`` and a ``Retry-After``), a
+client that reads nothing for ``RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S`` is dropped, and the
+packing stops as soon as the client goes. A stalled client costs the server what one
+download holds (``service.files.archive``: a bounded pipe and one packing thread), and no more
+than the bound of them exist."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from api.errors import RaydockError
+
+log = logging.getLogger("raydock.api")
+
+RETRY_AFTER_S = 5
+
+
+class TooManyDownloads(RaydockError):
+    """As many checkpoint downloads as the server serves at once are under way."""
+
+    status, code = 429, "too_many_downloads"
+    retry_after_s = RETRY_AFTER_S
+
+
+class GzipResponse(StreamingResponse):
+    media_type = "application/gzip"
+
+
+class DownloadGate:
+    """Counts the downloads under way; ``admit`` takes a place or raises ``TooManyDownloads``."""
+
+    def __init__(self, limit: int, send_timeout_s: float) -> None:
+        self.limit, self.send_timeout_s = limit, send_timeout_s
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on first use
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def admit(self) -> Callable[[], None]:
+        """A place for one download; the returned function gives it back (once, however often called)."""
+        with self._lock:
+            if self._in_flight >= self.limit:
+                raise TooManyDownloads(
+                    f"{self.limit} checkpoint downloads are under way, as many as this server serves at once "
+                    f"(RAYDOCK_MAX_CONCURRENT_DOWNLOADS); retry after {RETRY_AFTER_S} s, as the Retry-After "
+                    "header says."
+                )
+            self._in_flight += 1
+        given_back = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if not given_back.is_set():
+                    given_back.set()
+                    self._in_flight -= 1
+
+        return release
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        # The pieces are taken from the packing thread in threads of their own, so a busy
+        # download never holds a thread the other routes run in.
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.limit)
+        return self._limiter
+
+    def response(self, pieces: Iterator[bytes], release: Callable[[], None], filename: str) -> GzipResponse:
+        return ArchiveResponse(pieces, release, self, {"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+class ArchiveResponse(GzipResponse):
+    """A tar.gz sent piece by piece, each send bounded in time; whatever ends it (the
+    last piece, the client gone, a stalled client dropped) stops the packing and gives
+    the download's place back."""
+
+    def __init__(
+        self, pieces: Iterator[bytes], release: Callable[[], None], gate: DownloadGate, headers: dict[str, str]
+    ) -> None:
+        super().__init__(iter(()), headers=headers)
+        self.pieces, self.release, self.gate = pieces, release, gate
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            limiter = self.gate.limiter()
+            while (piece := await anyio.to_thread.run_sync(next, self.pieces, None, limiter=limiter)) is not None:
+                with anyio.fail_after(self.gate.send_timeout_s):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except TimeoutError:
+            # Left incomplete, so the server closes the connection: the client sees a cut
+            # download, never a short archive that looks whole.
+            log.warning("dropped a checkpoint download: its client read nothing for %s s", self.gate.send_timeout_s)
+        finally:
+            close = getattr(self.pieces, "close", None)
+            if close is not None:
+                close()  # the packing thread sees the pipe closed and stops
+            self.release()
