@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 
 from api.errors import InvalidSpec
-from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
+from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus
 from service import lifecycle, storage
 from service.ingest import new_events_token
+from service.job_specs import stored_spec
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow
@@ -131,7 +132,7 @@ class Attempts:
                 ).rowcount
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
-        spec = parse_job_spec(spec_json)
+        spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
         runtime_env = dict(spec.runtime_env or {})

@@ -21,6 +21,7 @@ from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobStatus, parse_job_spec
 from service.gc_command import gc
+from service.job_specs import stored_search
 from service.upload_view import UploadView, describe
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
@@ -369,9 +370,8 @@ def trials(
         out = {"trials": found, "lineage": lineage, "best": best}
         console.print_json(json.dumps({k: _jsonable(v) for k, v in out.items()}))
         return
-    budget = job.info.spec.get("budget") or {}
-    unit = "step" if budget.get("steps") else "epoch" if budget.get("epochs") else "training_iteration"
-    metric = job.info.spec.get("metric")
+    search = stored_search(job.info.spec)
+    unit, metric = search.unit, search.metric
     table = Table("TRIAL", "STATUS", "VALUES", unit.upper(), f"LAST {metric}", f"BEST {metric}", "EXPLOITS")
     for t in found:
         last = (t.last_metrics or {}).get(metric)

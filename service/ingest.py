@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.schemas import FailureCause, JobStatus
+from api.schemas import FailureCause, JobStatus, TuneSpec
 from api.schemas.events import (
     MARKER,
     BestTrialEvent,
@@ -50,6 +50,7 @@ from api.schemas.events import (
 from service import event_limits, lifecycle, logs, rollups, storage
 from service.event_limits import Dropped, EventLimits, room
 from service.event_push import parse_all
+from service.job_specs import stored_search
 from service.store import (
     CheckpointRow,
     EventKey,
@@ -118,6 +119,14 @@ class _Batch:
         self.stored: dict[type[EventKey], set[int]] = {}
         self.trials: dict[str, TrialRow] = {}  # trial rows this batch read or made
         self.metrics: list[dict[str, Any]] = []
+        self._search: TuneSpec | None = None
+
+    @property
+    def search(self) -> TuneSpec:
+        """The job's spec as a search, read once per batch."""
+        if self._search is None:
+            self._search = stored_search(self.job.spec)
+        return self._search
 
     def seen(self, table: type[EventKey], seq: int) -> bool:
         if table not in self.stored:
@@ -408,11 +417,10 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     )
     row.reports += 1
     row.last_metrics = m
-    budget = job.spec.get("budget") or {}
-    unit = "step" if budget.get("steps") else "training_iteration" if budget.get("reports") else "epoch"
-    row.last_time = _float(m.get(unit))
-    value = _float(m.get(job.spec.get("metric")))
-    if value is not None and (row.best_metric is None or better(value, row.best_metric, job.spec.get("mode"))):
+    search = batch.search
+    row.last_time = _float(m.get(search.unit))
+    value = _float(m.get(search.metric))
+    if value is not None and (row.best_metric is None or better(value, row.best_metric, search.mode)):
         row.best_metric = value
         row.best_attempt, row.best_seq = job.attempt, event.seq  # the report GET /best answers with
 

@@ -23,6 +23,7 @@ from api.schemas import (
     TuneSpec,
 )
 from service.ingest import better as _better
+from service.job_specs import stored_search
 from service.replay import Exploit, replay_spec
 from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
 
@@ -53,7 +54,8 @@ class TrialService:
         with self.sessions() as s:
             job = self._search(s, job_id)
             rows = s.scalars(select(TrialRow).where(TrialRow.job_id == job_id).order_by(TrialRow.trial_id)).all()
-            return [_trial_public(job, r) for r in rows]
+            search = stored_search(job.spec)
+            return [_trial_public(job, search, r) for r in rows]
 
     def trial_metrics(self, job_id: str, trial_id: str, since: int = -1) -> list[TrialMetricPoint]:
         with self.sessions() as s:
@@ -102,7 +104,8 @@ class TrialService:
         """The search's result once it ended; before that, the best report so far."""
         with self.sessions() as s:
             job = self._search(s, job_id)
-            metric, mode = job.spec.get("metric"), job.spec.get("mode")
+            search = stored_search(job.spec)
+            metric, mode = search.metric, search.mode
             final = s.get(SearchResultRow, job_id)
             if final is not None:
                 return BestTrialPublic(
@@ -152,7 +155,7 @@ class TrialService:
                 for r in rows
             ]
             configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
-            return replay_spec(TuneSpec.model_validate(job.spec), final.trial_id, exploits, configs)
+            return replay_spec(stored_search(job.spec), final.trial_id, exploits, configs)
 
 
 def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -> TrialMetricRow | None:
@@ -179,14 +182,13 @@ def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -
     return best
 
 
-def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:
+def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
     status = r.status
     job_status = JobStatus(job.status)
     if status in LIVE_STATUSES and job_status.is_terminal():
         # The driver ended (cancel, failure) before it could say: the job's end is the trial's.
         status = {JobStatus.CANCELLED: "CANCELLED", JobStatus.FAILED: "ERROR"}.get(job_status, "TERMINATED")
-    budget = job.spec.get("budget") or {}
-    amount = budget.get("epochs") or budget.get("steps") or budget.get("reports")
+    amount = search.budget_amount
     stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
     return TrialPublic(
         trial_id=r.trial_id,
