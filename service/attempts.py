@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 
 from api.errors import InvalidSpec
-from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus
+from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
 from service import lifecycle, storage
 from service.ingest import new_events_token
 from service.job_specs import stored_spec
@@ -135,19 +135,21 @@ class Attempts:
         spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
-        runtime_env = dict(spec.runtime_env or {})
+        train = code_spec(spec)
+        runtime_env = dict(train.runtime_env or {})
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
-        if spec.working_dir:
-            runtime_env["working_dir"] = spec.working_dir
-        elif spec.is_user_code and spec.code:  # an uploaded package: Ray fetches and unpacks it on each node
-            runtime_env["working_dir"] = self.service.code.fetch_uri(spec.code.removeprefix(CODE_REF_PREFIX))
+        if train.working_dir:
+            runtime_env["working_dir"] = train.working_dir
+        elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node
+            runtime_env["working_dir"] = self.service.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
 
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
         """Ray zips a server path again when it starts the job, so the tree is checked
         again here: a link or a file added under it since the submit fails the job
         (USER_CODE, with the policy's message) instead of being shipped."""
-        if not spec.is_user_code or spec.code:  # an uploaded package cannot change
+        train = code_spec(spec)
+        if not train.is_user_code or train.code:  # an uploaded package cannot change
             return True
         try:
             check_user_code(spec, self.settings)

@@ -27,6 +27,7 @@ from api.schemas import (
     JobSpec,
     JobStatus,
     MetricPoint,
+    code_spec,
 )
 from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
@@ -69,8 +70,9 @@ class JobService:
     def validate(self, spec: JobSpec) -> None:
         """Refuse at submit what can never run, so nothing is stored half-valid."""
         user_code.check_user_code(spec, self.settings)  # code paths, runtime_env, entrypoint (service/user_code.py)
-        if spec.is_user_code and spec.code:
-            self.code.check_ref(spec.code, spec.entrypoint, ["base"] if spec.kind == "tune" else [])
+        train = code_spec(spec)
+        if train.is_user_code and train.code:
+            self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [])
         try:
             info, extra = self._capacity()
         except ClusterUnavailable:
@@ -118,8 +120,8 @@ class JobService:
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
                 job = job_records.insert_job(s.connection(), row)
-                if spec.is_user_code and spec.code:
-                    self.code.reference(s, job.id, spec.code.removeprefix(CODE_REF_PREFIX))
+                if (code := code_spec(spec).code) is not None:
+                    self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:

@@ -49,7 +49,8 @@ from api.schemas.events import (
     jsonable,
     parse_event,
 )
-from api.schemas.job_spec import JOB_KINDS, JobSpec, job_kind, job_spec_adapter, parse_job_spec
+from api.schemas.job_common import MAX_DURATION_S, JobCommon, JobName
+from api.schemas.job_spec import JOB_KINDS, JobSpec, code_spec, job_kind, job_spec_adapter, parse_job_spec
 from api.schemas.jobs import (
     MAX_CANCEL_IDS,
     CancelJobs,
@@ -105,6 +106,7 @@ __all__ = [
     in {
         "apply_values",
         "clip_to_space",
+        "code_spec",
         "coerce_num_workers",
         "elastic_problems",
         "event_json",
