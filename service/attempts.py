@@ -28,20 +28,19 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from api.errors import InvalidSpec
+from api.errors import ClusterUnavailable, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
+from api.schemas.events import LAUNCH_URI_ENV
 from service import lifecycle, storage
 from service.ingest import new_events_token
 from service.job_specs import stored_spec
 from service.jobs import JobService
-from service.ray_backend import ClusterUnavailable
 from service.store import JobRow
 from service.user_code import check_user_code
 
 log = logging.getLogger("raydock.attempts")
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
-LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
 # Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
 # "fail_after_submit" raises once per job between the Ray submit and the database write;
 # "delay_after_submit=<s>" waits there (so a cancel can land during a submit).

@@ -47,6 +47,7 @@ from api.schemas.events import (
     WorkerFailureEvent,
     WorkerGroupEvent,
 )
+from api.schemas.trials import better, metric_value
 from service import event_limits, lifecycle, logs, rollups, storage
 from service.event_limits import Dropped, EventLimits, room
 from service.event_push import parse_all
@@ -418,15 +419,11 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     row.reports += 1
     row.last_metrics = m
     search = batch.search
-    row.last_time = _float(m.get(search.unit))
-    value = _float(m.get(search.metric))
+    row.last_time = metric_value(m.get(search.unit))
+    value = metric_value(m.get(search.metric))
     if value is not None and (row.best_metric is None or better(value, row.best_metric, search.mode)):
         row.best_metric = value
         row.best_attempt, row.best_seq = job.attempt, event.seq  # the report GET /best answers with
-
-
-def better(value: float, than: float, mode: str | None) -> bool:
-    return value > than if mode == "max" else value < than
 
 
 def _reason(exc: Exception) -> str:
@@ -438,13 +435,6 @@ def _reason(exc: Exception) -> str:
     else:
         text = str(exc) or type(exc).__name__
     return text[:MAX_REASON]
-
-
-def _float(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
 
 
 def _int(v: Any) -> int | None:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, NotFound
+from api.errors import ClusterUnavailable, Conflict, NotFound, job_not_found
 from api.schemas import (
     CODE_REF_PREFIX,
     CancelledJobs,
@@ -35,7 +35,7 @@ from service.event_limits import EventLimits
 from service.event_push import PushGate, check_search_batch, chunks
 from service.ingest import Ingest
 from service.job_records import to_public
-from service.ray_backend import ClusterUnavailable, RayBackend
+from service.ray_backend import RayBackend
 from service.settings import Settings
 from service.store import CheckpointRow, JobRow, count, utcnow
 
@@ -153,7 +153,7 @@ class JobService:
 
     @staticmethod
     def _job_missing(job_id: str):
-        raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+        raise job_not_found(job_id)
 
     def get(self, job_id: str) -> JobPublic:
         job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor

@@ -22,13 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
+from api.errors import ClusterUnavailable
 from api.schemas import FailureCause, JobStatus
 from service import lifecycle, logs
 from service.attempts import ACTIVE, Attempts
 from service.jobs import JobService
 from service.log_tails import LogTails
 from service.queue_keeper import QueueKeeper
-from service.ray_backend import ClusterUnavailable
 from service.store import JobRow, aware, store_id, utcnow
 
 log = logging.getLogger("raydock.monitor")

@@ -17,10 +17,11 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from api.errors import ClusterUnavailable
 from api.schemas import FailureCause, JobSpec, JobStatus
 from service import admission, lifecycle, queue
 from service.job_specs import stored_spec
-from service.ray_backend import ClusterUnavailable, RayBackend
+from service.ray_backend import RayBackend
 from service.store import JobRow, utcnow
 
 log = logging.getLogger("raydock.monitor")

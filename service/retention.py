@@ -27,9 +27,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import sessionmaker
 
+from api.errors import ClusterUnavailable
 from api.schemas import JobStatus
 from service import job_purge, storage
-from service.ray_backend import ClusterUnavailable, RayBackend
+from service.ray_backend import RayBackend
 from service.settings import Settings
 from service.store import JobRow, aware, store_id, utcnow
 

@@ -5,13 +5,10 @@ trial's metric series, PBT lineage and the best trial. Their rows live in
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, NotFound
+from api.errors import Conflict, NotFound, job_not_found
 from api.schemas import (
     BestTrialPublic,
     ExploitPublic,
@@ -22,7 +19,7 @@ from api.schemas import (
     TrialPublic,
     TuneSpec,
 )
-from service.ingest import better as _better
+from api.schemas.trials import better, metric_value
 from service.job_specs import stored_search
 from service.replay import Exploit, replay_spec
 from service.store import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
@@ -42,7 +39,7 @@ class TrialService:
     def _search(self, s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)
         if job is None:
-            raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+            raise job_not_found(job_id)
         if job.kind != "tune":
             raise Conflict(
                 f"Job {job_id} is a {job.kind} job; trials, lineage and the best trial exist for searches (kind tune).",
@@ -176,8 +173,8 @@ def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -
     best: TrialMetricRow | None = None
     q = select(TrialMetricRow).where(TrialMetricRow.job_id == job_id, TrialMetricRow.trial_id == trial.trial_id)
     for row in s.scalars(q.order_by(TrialMetricRow.attempt, TrialMetricRow.src_seq)):
-        v = _float(row.values.get(metric))
-        if v is not None and (best is None or _better(v, float(best.values[metric]), mode)):
+        v = metric_value(row.values.get(metric))
+        if v is not None and (best is None or better(v, float(best.values[metric]), mode)):
             best = row
     return best
 
@@ -211,11 +208,3 @@ def _checkpoint(s: Session, job_id: str, path: str | None) -> TrialCheckpoint | 
     if row is None:
         return TrialCheckpoint(path=path)
     return TrialCheckpoint(id=row.id, path=path, epoch=row.epoch, step=row.step)
-
-
-def _float(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f

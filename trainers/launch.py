@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+from api.schemas.events import LAUNCH_URI_ENV
+
 JOB_ID_ENV = "RAYDOCK_JOB_ID"
 SPEC_ENV = "RAYDOCK_JOB_SPEC"
 STORAGE_PATH_ENV = "RAYDOCK_STORAGE_PATH"

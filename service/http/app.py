@@ -24,7 +24,6 @@ from service.http.deps import require_token
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
 from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
-from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
 from service.store import JobRow
@@ -53,7 +52,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(ClusterUnavailable, cluster_unavailable)
     app.add_exception_handler(Exception, internal_error)
 
     auth = [Depends(require_token)] if settings.api_token else []
@@ -127,10 +125,6 @@ async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
 
 async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     return _body(validation_error(exc, spec=request.url.path.rstrip("/") == "/v1/jobs"))
-
-
-async def cluster_unavailable(_: Request, exc: ClusterUnavailable) -> JSONResponse:
-    return _body(RaydockError(str(exc), code="cluster_unavailable", status=503))
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
