@@ -62,6 +62,7 @@ from api.schemas.jobs import (
     MetricPoint,
     RestartInfo,
 )
+from api.schemas.mesh import mesh_problems, resolve_mesh
 from api.schemas.models import CNNModel, GPTModel, MLPModel, ModelSpec
 from api.schemas.parallelism import (
     CLASSIFIER_ONLY_STRATEGIES,
@@ -70,9 +71,8 @@ from api.schemas.parallelism import (
     ParallelismSpec,
     ParameterServerOptions,
     PipelineOptions,
-    resolve_mesh,
-    validate_parallelism,
 )
+from api.schemas.parallelism_checks import validate_parallelism
 from api.schemas.scaling import (
     ELASTIC_DEFAULT_MAX_RETRIES,
     ELASTIC_STRATEGIES,
@@ -114,6 +114,7 @@ __all__ = [
         "job_kind",
         "job_spec_adapter",
         "jsonable",
+        "mesh_problems",
         "parse_event",
         "parse_job_spec",
         "resolve_mesh",

@@ -15,8 +15,10 @@ from api.schemas.code import CODE_REF_RE
 from api.schemas.common import ENTRYPOINT_RE, Strict
 from api.schemas.data import DataSpec, DigitsData, TextData
 from api.schemas.job_common import JobCommon, JobName
+from api.schemas.mesh import resolve_mesh
 from api.schemas.models import GPTModel, ModelSpec
-from api.schemas.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec, resolve_mesh, validate_parallelism
+from api.schemas.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec
+from api.schemas.parallelism_checks import validate_parallelism
 from api.schemas.scaling import ELASTIC_DEFAULT_MAX_RETRIES, ScalingSpec, elastic_problems
 from api.schemas.schedule import HyperparameterSchedule
 
