@@ -4,7 +4,7 @@ reads, and the HTTP push).
 
 Events are data, not trust. Each is validated (``parse_event``); one that does not
 validate, names a path outside the job's own storage prefix, or does not belong to the
-job's kind is dropped and counted on the job (``dropped_events``, ``last_drop_reason``),
+job's kind is dropped and counted on the job (``dropped_events``, ``last_dropped_reason``),
 never raised. Events of a job that is not running (ended, or queued for its next
 attempt) are ignored: a push carries the token of the attempt that sent it, and a new
 attempt gets a new token. Every stored event is keyed by ``(job, attempt, src_seq)``
@@ -180,10 +180,6 @@ class Ingest:
             stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
         return stored is not None and secrets.compare_digest(stored, token_hash(token))
 
-    def push(self, job_id: str, raws: list[Any]) -> None:
-        """Events from the HTTP channel (one post may carry many)."""
-        self.take(job_id, raws, push=True)
-
     def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:
         """Take the current attempt's log text that starts at character ``at``, up to its
         last full line (all of it when ``final``: the attempt ended). Returns how many
@@ -232,7 +228,7 @@ class Ingest:
     @staticmethod
     def _drop(job: JobRow, exc: Exception) -> None:
         job.dropped_events = (job.dropped_events or 0) + 1
-        job.last_drop_reason = _reason(exc)
+        job.last_dropped_reason = _reason(exc)
 
     # ------------------------------------------------------------------ one event
 

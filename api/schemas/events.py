@@ -63,7 +63,6 @@ class Event(BaseModel):
 
 class StartedEvent(Event):
     type: Literal["started"]
-    pid: int | None = None
 
 
 class MetricEvent(Event):

@@ -4,9 +4,8 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from service.store import Base, import_models
+from service.store import Base  # every table is defined in service/store.py
 
-import_models()
 target_metadata = Base.metadata
 config = context.config
 
