@@ -51,7 +51,7 @@ class TrialService:
         with self.sessions() as s:
             job = self._search(s, job_id)
             rows = s.scalars(select(TrialRow).where(TrialRow.job_id == job_id).order_by(TrialRow.trial_id)).all()
-            search = stored_search(job.spec)
+            search = _spec(job)
             return [_trial_public(job, search, r) for r in rows]
 
     def trial_metrics(self, job_id: str, trial_id: str, since: int = -1) -> list[TrialMetricPoint]:
@@ -101,7 +101,7 @@ class TrialService:
         """The search's result once it ended; before that, the best report so far."""
         with self.sessions() as s:
             job = self._search(s, job_id)
-            search = stored_search(job.spec)
+            search = _spec(job)
             metric, mode = search.metric, search.mode
             final = s.get(SearchResultRow, job_id)
             if final is not None:
@@ -152,7 +152,18 @@ class TrialService:
                 for r in rows
             ]
             configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
-            return replay_spec(stored_search(job.spec), final.trial_id, exploits, configs)
+            return replay_spec(_spec(job), final.trial_id, exploits, configs)
+
+
+def _spec(job: JobRow) -> TuneSpec:
+    try:
+        return stored_search(job.spec)
+    except ValueError as exc:  # pydantic's ValidationError included
+        raise Conflict(
+            f"The stored spec of search {job.id} no longer validates on this server ({str(exc)[:300]}); "
+            "its trials cannot be read here. Read them with the server version that ran it.",
+            code="stored_spec_invalid",
+        ) from None
 
 
 def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -> TrialMetricRow | None:

@@ -267,3 +267,18 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
     with service.sessions() as s:
         trial = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id))
     assert (trial.last_time, trial.best_metric) == (at[unit], 0.5)
+
+
+def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(running):
+    from api.errors import Conflict
+    from service.trials import TrialService
+    from tests.attacks import SEARCH
+
+    service, _ = running
+    job, _ = service.submit(parse_job_spec(SEARCH))
+    set_columns(service, job.id, spec={**SEARCH, "metric": ""})  # e.g. a bound this server added
+    trials = TrialService(service.sessions)
+    for read in (trials.trials, trials.best):
+        with pytest.raises(Conflict) as refused:
+            read(job.id)
+        assert refused.value.code == "stored_spec_invalid" and "no longer validates" in refused.value.message
