@@ -20,7 +20,7 @@ import httpx
 
 from api.code_package import Package, build_package
 from api.errors import RaydockError
-from api.schemas import CodeLimits, JobSpec
+from api.schemas import CodeLimits, JobSpec, code_spec
 
 
 class Client(Protocol):
@@ -110,11 +110,13 @@ def with_uploaded_code(
 ) -> tuple[JobSpec, CodeUpload | None]:
     """``spec`` with its local ``working_dir`` (relative to ``base_dir``, default the
     current directory) uploaded and named as ``code``; a spec without one as it is."""
-    if not spec.is_user_code or not spec.working_dir:
+    train = code_spec(spec)
+    if not train.is_user_code or not train.working_dir:
         return spec, None
-    directory = Path(base_dir or ".") / Path(spec.working_dir).expanduser()
-    excludes = (spec.runtime_env or {}).get("excludes")
+    directory = Path(base_dir or ".") / Path(train.working_dir).expanduser()
+    excludes = (train.runtime_env or {}).get("excludes")
     upload = upload_code(client, directory, excludes if isinstance(excludes, list) else None, progress)
     spec = spec.model_copy(deep=True)
-    spec.working_dir, spec.code = None, upload.ref
+    train = code_spec(spec)
+    train.working_dir, train.code = None, upload.ref
     return spec, upload

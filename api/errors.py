@@ -60,6 +60,8 @@ class Unauthorized(RaydockError):
 
 
 class ClusterUnavailable(RaydockError):
+    """The Ray cluster did not answer (the server raises it on any failed dashboard call)."""
+
     status, code = 503, "cluster_unavailable"
 
 
@@ -77,6 +79,11 @@ _BY_CODE: dict[str, type[RaydockError]] = {
 _BY_STATUS: dict[int, type[RaydockError]] = {
     c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)
 }
+
+
+def job_not_found(job_id: str) -> NotFound:
+    """The refusal of a job id that names no job."""
+    return NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
 
 
 def error_from_body(status: int, body: Any) -> RaydockError:

@@ -28,20 +28,20 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
-from api.errors import Conflict, InvalidSpec
-from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
+from api.errors import ClusterUnavailable, Conflict, InvalidSpec
+from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
+from api.schemas.events import LAUNCH_URI_ENV
 from service import lifecycle, storage
-from service.cluster.ray_backend import ClusterUnavailable
 from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
+from service.db.specs import stored_spec
 from service.events.ingest import new_events_token
 from service.jobs import JobService
 
 log = logging.getLogger("raydock.attempts")
 
 ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
-LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
 # Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
 # "fail_after_submit" raises once per job between the Ray submit and the database write;
 # "delay_after_submit=<s>" waits there (so a cancel can land during a submit).
@@ -132,15 +132,16 @@ class Attempts:
                 ).rowcount
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
-        spec = parse_job_spec(spec_json)
+        spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
-        runtime_env = dict(spec.runtime_env or {})
+        train = code_spec(spec)
+        runtime_env = dict(train.runtime_env or {})
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
-        if spec.working_dir:
-            runtime_env["working_dir"] = spec.working_dir
-        elif spec.is_user_code and spec.code:  # an uploaded package: Ray fetches and unpacks it on each node
-            runtime_env["working_dir"] = self.service.code.fetch_uri(spec.code.removeprefix(CODE_REF_PREFIX))
+        if train.working_dir:
+            runtime_env["working_dir"] = train.working_dir
+        elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node
+            runtime_env["working_dir"] = self.service.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
 
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
@@ -149,11 +150,12 @@ class Attempts:
         the policy's message) instead of being shipped; a job stored before a policy
         change (a resume) meets today's policy; and an uploaded package is hashed again,
         since jobs can write the storage path: rewritten there, Ray must not run it."""
-        if not spec.is_user_code:
+        train = code_spec(spec)
+        if not train.is_user_code:
             return True
         try:
             check_user_code(spec, self.settings)
-            sha256 = spec.code.removeprefix(CODE_REF_PREFIX) if spec.code else None
+            sha256 = train.code.removeprefix(CODE_REF_PREFIX) if train.code else None
             if sha256 and not self.service.code.verify(sha256):
                 raise altered(sha256)
         except (InvalidSpec, Conflict) as exc:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, NotFound
+from api.errors import ClusterUnavailable, Conflict, NotFound, job_not_found
 from api.schemas import (
     CODE_REF_PREFIX,
     CancelledJobs,
@@ -27,9 +27,10 @@ from api.schemas import (
     JobSpec,
     JobStatus,
     MetricPoint,
+    code_spec,
 )
 from service import admission, lifecycle, queue, storage
-from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
 from service.db import job_records, listing, purge
@@ -75,8 +76,9 @@ class JobService:
         user_code.check_user_code(
             spec, self.settings
         )  # code paths, runtime_env, entrypoint (service/code/user_code.py)
-        if spec.is_user_code and spec.code:
-            self.code.check_ref(spec.code, spec.entrypoint, ["base"] if spec.kind == "tune" else [])
+        train = code_spec(spec)
+        if train.is_user_code and train.code:
+            self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [])
         try:
             info, extra = self._capacity()
         except ClusterUnavailable:
@@ -124,8 +126,8 @@ class JobService:
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
                 job = job_records.insert_job(s.connection(), row)
-                if spec.is_user_code and spec.code:
-                    self.code.reference(s, job.id, spec.code.removeprefix(CODE_REF_PREFIX))
+                if (code := code_spec(spec).code) is not None:
+                    self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
@@ -157,7 +159,7 @@ class JobService:
 
     @staticmethod
     def _job_missing(job_id: str):
-        raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+        raise job_not_found(job_id)
 
     def get(self, job_id: str) -> JobPublic:
         job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
+from api.errors import ClusterUnavailable
 from api.schemas import FailureCause, JobStatus
 from service import lifecycle
 from service.attempts import ACTIVE, Attempts
-from service.cluster.ray_backend import ClusterUnavailable
 from service.db.models import JobRow, aware, store_id, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails

@@ -17,10 +17,12 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from api.schemas import FailureCause, JobSpec, JobStatus, parse_job_spec
+from api.errors import ClusterUnavailable
+from api.schemas import FailureCause, JobSpec, JobStatus
 from service import admission, lifecycle, queue
-from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.cluster.ray_backend import RayBackend
 from service.db.models import JobRow, utcnow
+from service.db.specs import stored_spec
 
 log = logging.getLogger("raydock.monitor")
 
@@ -154,7 +156,7 @@ def _unreadable(job_id: str) -> admission.Failure:
 
 def _spec(job_id: str, spec: dict) -> JobSpec | None:
     try:
-        return parse_job_spec(spec)
+        return stored_spec(spec)
     except ValueError:  # pydantic's ValidationError included
         log.warning("job %s: its stored spec no longer validates", job_id)
         return None

@@ -27,9 +27,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import sessionmaker
 
+from api.errors import ClusterUnavailable
 from api.schemas import JobStatus
 from service import storage
-from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.cluster.ray_backend import RayBackend
 from service.db import purge
 from service.db.models import JobRow, aware, store_id, utcnow
 from service.settings import Settings

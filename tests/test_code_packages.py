@@ -291,3 +291,20 @@ def test_uploads_need_the_api_token(tmp_path):
         assert len(stored(server)) == 1
     finally:
         server.stop()
+
+
+def test_a_search_over_local_code_uploads_its_base_and_stores_the_package_ref(upload_server, tmp_path):
+    """The SDK uploads a search's base.working_dir and names it as base.code: every
+    trial runs the uploaded package, and the server pins it for the search."""
+    write_tree(tmp_path / "project")
+    search = {
+        "kind": "tune",
+        "base": {"entrypoint": "pkg.train:train", "working_dir": "project", "scaling": {"num_workers": 1}},
+        "search_space": {"config.lr": {"type": "loguniform", "low": 0.001, "high": 0.1}},
+        "metric": "loss",
+        "mode": "min",
+    }
+    with Client(upload_server.url) as client:
+        job = client.submit(search, base_dir=tmp_path)
+        base = job.info.spec["base"]
+        assert base["working_dir"] is None and base["code"] == client.last_upload.ref

@@ -10,10 +10,15 @@ import random
 import pytest
 from sqlalchemy import select
 
-from api.schemas import event_line, parse_event
-from service.db.models import JobRow, LogChunkRow, MetricRow
+from api.schemas import event_line, parse_event, parse_job_spec
+from service.cluster.ray_backend import RayBackend
+from service.db.engine import make_engine, make_sessionmaker
+from service.db.models import JobRow, LogChunkRow, MetricRow, TrialRow
 from service.events import logs, series
-from tests.jobstore import job_service, set_columns, submit
+from service.jobs import JobService
+from service.settings import Settings
+from tests.conftest import FIXTURES, user_spec
+from tests.jobstore import dead_ray, job_service, set_columns, submit
 
 
 def metric(i: int, **values) -> dict:
@@ -225,3 +230,56 @@ def test_ingested_events_count_nothing_twice_when_a_log_read_is_retried_after_a_
     assert [s for s, _, _ in stored(service, job_id)] == list(range(50))
     with service.sessions() as s:
         assert logs.read(s, job_id, 0) == (text, len(text))
+
+
+@pytest.mark.parametrize(
+    "budget, unit",
+    [
+        (None, "training_iteration"),  # the loop's own end: Tune's count of reports is the axis
+        ({"reports": 50}, "training_iteration"),
+        ({"epochs": 5}, "epoch"),
+        ({"steps": 500}, "step"),
+    ],
+)
+def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, budget, unit):
+    # A user loop that reports its epoch and step within every epoch: each report is a
+    # different number on each axis, so a trial read by the wrong unit shows.
+    settings = Settings(
+        data_dir=tmp_path, database_url=database_url, ray_address=dead_ray(), code_root=str(FIXTURES / "usercode")
+    )
+    service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead_ray(), timeout_s=2))
+    search = {
+        "kind": "tune",
+        "base": user_spec("userpkg.steps:train"),
+        "search_space": {"config.lr": {"type": "loguniform", "low": 0.001, "high": 0.1}},
+        "metric": "loss",
+        "mode": "min",
+        "num_trials": 2,
+    }
+    if budget is not None:
+        search["budget"] = budget
+    spec = parse_job_spec(search)
+    assert spec.unit == unit  # the contract's axis
+    job, _ = service.submit(spec)
+    set_columns(service, job.id, status="RUNNING", attempt=1)
+    at = {"epoch": 2, "step": 230, "training_iteration": 7}
+    report = {"type": "trial_metric", "seq": 0, "ts": 1.0, "trial_id": "t0", "metrics": {"loss": 0.5, **at}}
+    service.ingest(job.id, [report])
+    with service.sessions() as s:
+        trial = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id))
+    assert (trial.last_time, trial.best_metric) == (at[unit], 0.5)
+
+
+def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(running):
+    from api.errors import Conflict
+    from service.events.trials import TrialService
+    from tests.attacks import SEARCH
+
+    service, _ = running
+    job, _ = service.submit(parse_job_spec(SEARCH))
+    set_columns(service, job.id, spec={**SEARCH, "metric": ""})  # e.g. a bound this server added
+    trials = TrialService(service.sessions)
+    for read in (trials.trials, trials.best):
+        with pytest.raises(Conflict) as refused:
+            read(job.id)
+        assert refused.value.code == "stored_spec_invalid" and "no longer validates" in refused.value.message

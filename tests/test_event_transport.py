@@ -19,7 +19,7 @@ EMIT = """
 import numpy as np
 from api.schemas import MetricEvent, StartedEvent
 from trainers import events
-events.emit(StartedEvent(type="started", seq=0, pid=7))
+events.emit(StartedEvent(type="started", seq=0))
 events.emit(MetricEvent(type="metric", seq=3, metrics=events.sendable_metrics({"loss": np.float32(0.5), "acc": float("nan")})))
 events.flush()
 """

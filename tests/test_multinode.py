@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.errors import ClusterUnavailable
 from service.cluster.local_cluster import free_ports, head_env
-from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+from service.cluster.ray_backend import RayBackend
 from tests.conftest import session_token_path
 from tests.netns import NetworkHosts
 from tests.servers import ServerProcess

@@ -9,13 +9,12 @@ from alembic.config import Config
 from sqlalchemy import inspect
 
 from service.db.engine import make_engine
-from service.db.models import Base, import_models
+from service.db.models import Base
 
 
 def test_migrations_create_the_schema_and_match_the_models(tmp_path):
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     engine = make_engine(url)
-    import_models()
     assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
     assert "alembic_version" in inspect(engine).get_table_names()
 
@@ -166,3 +165,41 @@ def test_event_bounds_migration_counts_and_cuts_what_was_stored(database_url):
         command.downgrade(cfg, "0004")
     assert "restarts_total" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
     engine.dispose()
+
+
+def test_the_drop_reason_column_is_renamed_in_place_both_ways_keeping_every_row(database_url):
+    """0006 renames jobs.last_drop_reason without copying the table: the value moves with
+    the column, and the rows the job owns (foreign keys on, ON DELETE CASCADE) stay."""
+    from sqlalchemy import text
+
+    engine = make_engine(database_url)  # every revision, with the server's connection settings
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, name, kind, status, labels, spec, created_at, attempt, log_offset, priority, restarts, last_dropped_reason)"
+                " VALUES ('j1', 'n', 'train', 'RUNNING', '{}', '{}', '2026-01-01', 1, 0, 0, '[]', 'too many checkpoints')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO metrics (job_id, attempt, src_seq, seq, ts, \"values\") VALUES ('j1', 1, 0, 0, 1.0, '{}')"
+            )
+        )
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+
+    def kept(column: str) -> tuple:
+        with engine.connect() as conn:
+            reason = conn.execute(text(f"SELECT {column} FROM jobs WHERE id = 'j1'")).scalar()
+            metrics = conn.execute(text("SELECT count(*) FROM metrics WHERE job_id = 'j1'")).scalar()
+        columns = {c["name"] for c in inspect(engine).get_columns("jobs")}
+        return reason, metrics, {"last_drop_reason", "last_dropped_reason"} & columns
+
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0005_event_bounds")
+    assert kept("last_drop_reason") == ("too many checkpoints", 1, {"last_drop_reason"})
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert kept("last_dropped_reason") == ("too many checkpoints", 1, {"last_dropped_reason"})

@@ -10,7 +10,6 @@ outlives the API process. A search (``kind: tune``) has its own driver,
 
 from __future__ import annotations
 
-import os
 import sys
 
 import ray
@@ -26,7 +25,7 @@ from trainers.trainer import build_trainer
 def main() -> int:
     launch = read_launch()
     spec = TrainSpec.model_validate(launch.spec)
-    events.emit(StartedEvent(type="started", seq=0, pid=os.getpid()))
+    events.emit(StartedEvent(type="started", seq=0))
     try:
         ray.init(address="auto", log_to_driver=True)
         result = build_trainer(spec, launch.job_id, launch.storage_path, run_callbacks()).fit()

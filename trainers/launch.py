@@ -8,7 +8,8 @@ and gives the job only its URI, ``RAYDOCK_LAUNCH_URI``: the environment is size-
 
 Read in one place (``read_launch``) by both Ray job drivers and by the events transport
 in every process of the job (the Train controller sends events too). Without a launch
-URI (a driver run by hand) the older environment variables are read instead.
+URI (a driver run by hand) the job's facts are read from ``RAYDOCK_JOB_ID``, ``RAYDOCK_JOB_SPEC``,
+``RAYDOCK_STORAGE_PATH``, ``RAYDOCK_EVENTS_URL`` and ``RAYDOCK_EVENTS_TOKEN`` instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+from api.schemas.events import LAUNCH_URI_ENV
+
 JOB_ID_ENV = "RAYDOCK_JOB_ID"
 SPEC_ENV = "RAYDOCK_JOB_SPEC"
 STORAGE_PATH_ENV = "RAYDOCK_STORAGE_PATH"

@@ -39,7 +39,7 @@ def main() -> int:
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3")
     launch = read_launch()
     spec = TuneSpec.model_validate(launch.spec)
-    events.emit(StartedEvent(type="started", seq=0, pid=os.getpid()))
+    events.emit(StartedEvent(type="started", seq=0))
     return run_search(spec, launch.job_id, launch.storage_path)
 
 

@@ -13,7 +13,6 @@ tell a newer trial status from an older one arriving late on the log channel.
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from pathlib import Path
@@ -33,6 +32,7 @@ from api.schemas import (
     TrialMetricEvent,
     jsonable,
 )
+from api.schemas.trials import better, metric_value
 from trainers import events
 from trainers.failures import Failure, classify, readable
 
@@ -92,14 +92,9 @@ class SearchEvents:
     def consider(self, trial_id: str, metrics: dict[str, Any], config: dict[str, Any]) -> None:
         """Keep ``metrics`` as the best report if it is (a report of an earlier attempt
         of a resumed search is considered here without being sent again)."""
-        value = metrics.get(self.metric)
-        if (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and self._better(value)
-        ):
-            self.best = {"trial_id": trial_id, "value": float(value), "metrics": metrics, "config": config}
+        value = metric_value(metrics.get(self.metric))
+        if value is not None and (self.best is None or better(value, self.best["value"], self.mode)):
+            self.best = {"trial_id": trial_id, "value": value, "metrics": metrics, "config": config}
 
     def trial(self, trial_id: str, status: str, config: dict[str, Any], error: str | None = None) -> None:
         config = jsonable(config)
@@ -124,7 +119,7 @@ class SearchEvents:
         while self._pending:
             fields = self._pending.pop(0)
             for name in ("donor_time", "trial_time", "donor_metric"):
-                fields[name] = _finite(fields.get(name))
+                fields[name] = metric_value(fields.get(name))
             for name in ("old_config", "donor_config", "new_config"):
                 fields[name] = jsonable(fields.get(name) or {})
             fields["checkpoint_path"] = fields.get("checkpoint_path") or None
@@ -144,17 +139,6 @@ class SearchEvents:
                 checkpoint_path=checkpoint_path,
             )
         )
-
-    def _better(self, value: float) -> bool:
-        if self.best is None:
-            return True
-        return value > self.best["value"] if self.mode == "max" else value < self.best["value"]
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 _LIVE: dict[str, SearchEvents] = {}

@@ -49,7 +49,8 @@ from api.schemas.events import (
     jsonable,
     parse_event,
 )
-from api.schemas.job_spec import JOB_KINDS, JobSpec, job_kind, job_spec_adapter, parse_job_spec
+from api.schemas.job_common import MAX_DURATION_S, JobCommon, JobName
+from api.schemas.job_spec import JOB_KINDS, JobSpec, code_spec, job_kind, job_spec_adapter, parse_job_spec
 from api.schemas.jobs import (
     MAX_CANCEL_IDS,
     CancelJobs,
@@ -61,6 +62,7 @@ from api.schemas.jobs import (
     MetricPoint,
     RestartInfo,
 )
+from api.schemas.mesh import mesh_problems, resolve_mesh
 from api.schemas.models import CNNModel, GPTModel, MLPModel, ModelSpec
 from api.schemas.parallelism import (
     CLASSIFIER_ONLY_STRATEGIES,
@@ -69,9 +71,8 @@ from api.schemas.parallelism import (
     ParallelismSpec,
     ParameterServerOptions,
     PipelineOptions,
-    resolve_mesh,
-    validate_parallelism,
 )
+from api.schemas.parallelism_checks import validate_parallelism
 from api.schemas.scaling import (
     ELASTIC_DEFAULT_MAX_RETRIES,
     ELASTIC_STRATEGIES,
@@ -105,6 +106,7 @@ __all__ = [
     in {
         "apply_values",
         "clip_to_space",
+        "code_spec",
         "coerce_num_workers",
         "elastic_problems",
         "event_json",
@@ -112,6 +114,7 @@ __all__ = [
         "job_kind",
         "job_spec_adapter",
         "jsonable",
+        "mesh_problems",
         "parse_event",
         "parse_job_spec",
         "resolve_mesh",

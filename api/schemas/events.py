@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
 
 MARKER = "RAYDOCK_EVENT "
+# The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
+LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
 MAX_SEQ = 2**53  # JSON numbers stay exact below this
 MAX_METRICS = 512
 MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are sent
@@ -61,7 +63,6 @@ class Event(BaseModel):
 
 class StartedEvent(Event):
     type: Literal["started"]
-    pid: int | None = None
 
 
 class MetricEvent(Event):

@@ -30,3 +30,9 @@ job_spec_adapter: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 def parse_job_spec(data: dict[str, Any]) -> JobSpec:
     """Validate a plain dict (from JSON or YAML) into a JobSpec."""
     return job_spec_adapter.validate_python(data)
+
+
+def code_spec(spec: JobSpec) -> TrainSpec:
+    """The training spec whose code and environment a job runs: a training job's own,
+    a search's ``base`` (every trial runs it)."""
+    return spec.base if isinstance(spec, TuneSpec) else spec

@@ -108,7 +108,7 @@ class ScalingSpec(Strict):
         description=(
             "Number of Ray Train workers, or a range {min, max} for an elastic job: it starts with "
             "what fits (at least min), grows towards max as capacity appears and shrinks when a node "
-            "is lost, resuming from its last checkpoint each time (see api/elastic.py)."
+            "is lost, resuming from its last checkpoint each time."
         ),
     )
     use_gpu: bool = Field(default=False, description="Give each worker one GPU and use NCCL.")

@@ -12,14 +12,15 @@ from typing import Any, Literal
 from pydantic import Field, field_serializer, field_validator, model_validator
 
 from api.schemas.code import CODE_REF_RE
-from api.schemas.common import ENTRYPOINT_RE, NAME_RE, Labels, Strict
+from api.schemas.common import ENTRYPOINT_RE, Strict
 from api.schemas.data import DataSpec, DigitsData, TextData
+from api.schemas.job_common import JobCommon, JobName
+from api.schemas.mesh import resolve_mesh
 from api.schemas.models import GPTModel, ModelSpec
-from api.schemas.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec, resolve_mesh, validate_parallelism
+from api.schemas.parallelism import MODEL_AWARE_STRATEGIES, ParallelismSpec
+from api.schemas.parallelism_checks import validate_parallelism
 from api.schemas.scaling import ELASTIC_DEFAULT_MAX_RETRIES, ScalingSpec, elastic_problems
 from api.schemas.schedule import HyperparameterSchedule
-
-MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
 
 class OptimizerSpec(Strict):
@@ -71,12 +72,11 @@ class ReportSpec(Strict):
 OPTIONAL_PARALLELISM_SECTIONS = ("pipeline", "tensor_degree", "mesh", "parameter_server")
 
 
-class TrainSpec(Strict):
+class TrainSpec(JobCommon):
     """A training job: one distributed Ray Train run."""
 
     kind: Literal["train"] = Field(default="train", description="Job kind.")
-    name: str = Field(default="job", pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")
-    labels: Labels = Field(default_factory=dict)
+    name: JobName = "job"
 
     model: ModelSpec | None = Field(default=None, description="A built-in model. Give either this or `entrypoint`.")
     entrypoint: str | None = Field(
@@ -121,24 +121,6 @@ class TrainSpec(Strict):
     )
     seed: int = Field(
         default=0, ge=0, lt=2**32, description="Seed for init, data split and shuffling (0 <= seed < 2**32)."
-    )
-    priority: int = Field(
-        default=0,
-        ge=-1000,
-        le=1000,
-        description="Queue priority: higher starts first; equal priorities start in arrival order.",
-    )
-    max_runtime_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_DURATION_S,
-        description="Fail the job (cause TIMEOUT) if an attempt runs longer than this many seconds (a resume starts a new count).",
-    )
-    scheduling_timeout_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_DURATION_S,
-        description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Workers and resources.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")

@@ -3,9 +3,24 @@ and the best trial."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+
+def metric_value(v: Any) -> float | None:
+    """A reported metric as a number a search ranks, or None. Only finite ints and
+    floats are values: a bool, a string (even "0.5"), None, NaN and infinities are not,
+    wherever a report is ranked (the search's driver, ingestion, the best-so-far read)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def better(value: float, than: float, mode: Literal["min", "max"] | None) -> bool:
+    """Whether ``value`` beats ``than`` in a search of ``mode`` (a tie does not)."""
+    return value > than if mode == "max" else value < than
 
 
 class TrialPublic(BaseModel):

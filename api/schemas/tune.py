@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.job_common import JobCommon, JobName
 from api.schemas.search_options import MAX_SEARCHED_FIELDS, REPORTS_UNIT, ASHAOptions, PBTOptions, TrialBudget
 from api.schemas.search_space import CONTINUOUS, Distribution, Grid, apply_values
-from api.schemas.train import MAX_DURATION_S, TrainSpec
+from api.schemas.train import TrainSpec
 
 MAX_TRIALS = 10_000
 
@@ -55,30 +55,11 @@ CLASSIFIER_METRICS = ("val_acc", "val_loss", "train_loss")
 # ----------------------------------------------------------------------------- the tune job
 
 
-class TuneSpec(Strict):
+class TuneSpec(JobCommon):
     """A hyperparameter search: a population of distributed training trials."""
 
     kind: Literal["tune"] = Field(description="Job kind: a hyperparameter search.")
-    name: str = Field(default="search", pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")
-    labels: Labels = Field(default_factory=dict)
-    priority: int = Field(
-        default=0,
-        ge=-1000,
-        le=1000,
-        description="Queue priority: higher starts first; equal priorities start in arrival order.",
-    )
-    max_runtime_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_DURATION_S,
-        description="Fail the search (cause TIMEOUT) if an attempt runs longer than this many seconds.",
-    )
-    scheduling_timeout_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_DURATION_S,
-        description="Fail the search (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
-    )
+    name: JobName = "search"
 
     base: TrainSpec = Field(description="The training spec every trial starts from (a built-in model or user code).")
     search_space: dict[str, Distribution] = Field(
@@ -130,46 +111,7 @@ class TuneSpec(Strict):
     pbt: PBTOptions | None = Field(default=None, description="Options of algorithm pbt and pb2.")
     asha: ASHAOptions | None = Field(default=None, description="Options of algorithm asha.")
 
-    # ------------------------------------------------------------------ job plumbing
-
-    # A search runs its base's code in its base's environment: these make the job
-    # service and the Ray backend treat a tune job like a training job of that code.
-    @property
-    def is_user_code(self) -> bool:
-        return self.base.is_user_code
-
-    @property
-    def entrypoint(self) -> str | None:
-        return self.base.entrypoint
-
-    @property
-    def working_dir(self) -> str | None:
-        return self.base.working_dir
-
-    @working_dir.setter
-    def working_dir(self, value: str | None) -> None:
-        self.base.working_dir = value
-
-    @property
-    def code(self) -> str | None:
-        """The uploaded package every trial runs (``base.code``)."""
-        return self.base.code
-
-    @code.setter
-    def code(self, value: str | None) -> None:
-        self.base.code = value
-
-    @property
-    def runtime_env(self) -> dict[str, Any] | None:
-        return self.base.runtime_env
-
-    @property
-    def epochs(self) -> int | None:
-        return self.budget.epochs if self.budget else None
-
-    @property
-    def max_steps(self) -> int | None:
-        return self.budget.steps if self.budget else None
+    # ------------------------------------------------------------------ the budget
 
     @property
     def unit(self) -> str:

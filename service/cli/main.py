@@ -19,9 +19,10 @@ from rich.table import Table
 
 from api.client import Client, Job
 from api.errors import RaydockError
-from api.schemas import JobStatus, parse_job_spec
+from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.gc import gc
 from service.code.upload_view import UploadView, describe
+from service.db.specs import stored_search
 
 app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
 console = Console()
@@ -89,7 +90,7 @@ def run(
             err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
             job = client.submit(spec, base_dir=spec_file.parent)
             console.print(job.id)
-            _follow(job, spec.epochs, spec.max_steps, exit_on_failure=False)
+            _follow(job, *_length(spec), exit_on_failure=False)
             for c in job.checkpoints()[-1:]:
                 console.print(f"latest checkpoint: id {c.id}, epoch {c.epoch}, {c.path}")
     finally:
@@ -151,7 +152,14 @@ def submit(
             err.print(describe(client.last_upload))
         console.print(job.id)
         if follow:
-            _follow(job, spec.epochs, spec.max_steps)
+            _follow(job, *_length(spec))
+
+
+def _length(spec: JobSpec) -> tuple[int | None, int | None]:
+    """The epochs and steps a job's progress counts to (a search's: one trial's budget)."""
+    if isinstance(spec, TuneSpec):
+        return (spec.budget.epochs, spec.budget.steps) if spec.budget else (None, None)
+    return spec.epochs, spec.max_steps
 
 
 def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure: bool = True) -> None:
@@ -369,9 +377,8 @@ def trials(
         out = {"trials": found, "lineage": lineage, "best": best}
         console.print_json(json.dumps({k: _jsonable(v) for k, v in out.items()}))
         return
-    budget = job.info.spec.get("budget") or {}
-    unit = "step" if budget.get("steps") else "epoch" if budget.get("epochs") else "training_iteration"
-    metric = job.info.spec.get("metric")
+    search = stored_search(job.info.spec)
+    unit, metric = search.unit, search.metric
     table = Table("TRIAL", "STATUS", "VALUES", unit.upper(), f"LAST {metric}", f"BEST {metric}", "EXPLOITS")
     for t in found:
         last = (t.last_metrics or {}).get(metric)

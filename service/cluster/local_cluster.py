@@ -267,7 +267,8 @@ def start_head(
 
 def _has_cpus(head: LocalHead) -> bool:
     """The dashboard answers before the head node has registered its resources."""
-    from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+    from api.errors import ClusterUnavailable
+    from service.cluster.ray_backend import RayBackend
 
     try:
         return RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().cpus_total > 0
@@ -276,7 +277,8 @@ def _has_cpus(head: LocalHead) -> bool:
 
 
 def _has_node(head: LocalHead) -> bool:
-    from service.cluster.ray_backend import ClusterUnavailable, RayBackend
+    from api.errors import ClusterUnavailable
+    from service.cluster.ray_backend import RayBackend
 
     try:
         return any(n.alive for n in RayBackend(head.dashboard_url, auth_token=head.auth_token()).cluster_info().nodes)

@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
+from api.errors import ClusterUnavailable
 from api.schemas import ClusterInfo, NodeInfo
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
 
@@ -30,10 +31,6 @@ WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
 CALL_TIMEOUT_S = 10.0
 UPLOAD_TIMEOUT_S = 120.0  # a working_dir upload (runs off the monitor's tick)
 UNREACHABLE_STATUS = ("status code 502", "status code 503", "status code 504")
-
-
-class ClusterUnavailable(Exception):
-    """The Ray dashboard did not answer."""
 
 
 @dataclass

@@ -38,7 +38,7 @@ import pathspec
 
 from api.code_package import BiggestFiles
 from api.errors import InvalidSpec
-from api.schemas import JobSpec
+from api.schemas import JobSpec, code_spec
 from service.code.package_policy import MAX_LIST, PACKAGE_KEYS, check_env_vars, check_packages, str_list
 from service.settings import Settings
 
@@ -67,19 +67,20 @@ def check_user_code(spec: JobSpec, settings: Settings) -> None:
     """Refuse (``InvalidSpec``, 422) a user-code job whose code or environment breaks the
     policy. Server paths are pinned in the spec as they were checked: ``working_dir``
     and local ``py_modules`` become absolute, resolved paths under the code root."""
-    if not spec.is_user_code:
+    train = code_spec(spec)
+    if not train.is_user_code:
         return
     at = ["base"] if spec.kind == "tune" else []
-    env = spec.runtime_env or {}
+    env = train.runtime_env or {}
     _check_keys(env, at, settings)
     budget = _Budget(settings)  # the caps count working_dir and py_modules together
-    if spec.working_dir:
-        spec.working_dir = str(_check_tree(spec.working_dir, at + ["working_dir"], env, settings, budget))
+    if train.working_dir:
+        train.working_dir = str(_check_tree(train.working_dir, at + ["working_dir"], env, settings, budget))
     modules = [_check_py_module(m, i, at, env, settings, budget) for i, m in enumerate(env.get("py_modules") or [])]
     if modules:
         env["py_modules"] = modules
-    if not spec.code:  # an uploaded package's entrypoint is looked up in the package (service/code/packages.py)
-        _check_entrypoint(spec.entrypoint, spec.working_dir, modules, env, at)
+    if not train.code:  # an uploaded package's entrypoint is looked up in the package (service/code/packages.py)
+        _check_entrypoint(train.entrypoint, train.working_dir, modules, env, at)
 
 
 # ---------------------------------------------------------------- runtime_env

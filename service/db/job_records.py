@@ -49,7 +49,7 @@ def to_public(job: Any) -> JobPublic:
         if job.status == JobStatus.QUEUED.value and job.submission_id is None
         else None,
         dropped_events=job.dropped_events or 0,
-        last_dropped_reason=job.last_drop_reason,
+        last_dropped_reason=job.last_dropped_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
         restarts_total=max(job.restarts_total or 0, len(job.restarts or [])),
     )

@@ -75,7 +75,7 @@ class JobRow(Base):
     queued_at: Mapped[datetime | None]  # when it last entered the queue: the scheduling deadline counts from here
     attempt_started_at: Mapped[datetime | None]  # max_runtime_s counts from here, per attempt
     dropped_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    last_drop_reason: Mapped[str | None] = mapped_column(Text)
+    last_dropped_reason: Mapped[str | None] = mapped_column(Text)
     # Per-job counters, so storing an event never counts a series (service/events/ingest.py).
     metrics_stored: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the next metric seq
     attempt_metrics: Mapped[int] = mapped_column(
@@ -166,16 +166,6 @@ class EventKey:
     @declared_attr.directive
     def __table_args__(cls) -> tuple:
         return (UniqueConstraint("job_id", "attempt", "src_seq"),)
-
-
-def seen(s: Session, table: type[EventKey], job_id: str, attempt: int, src_seq: int) -> bool:
-    """Whether the event ``(attempt, src_seq)`` of a job is stored in ``table`` already."""
-    q = (
-        select(func.count())
-        .select_from(table)
-        .where(table.job_id == job_id, table.attempt == attempt, table.src_seq == src_seq)
-    )
-    return bool(s.scalar(q))
 
 
 def count(s: Session, table: type[Base], *where) -> int:
@@ -362,7 +352,3 @@ def store_id(sessions: sessionmaker) -> str:
             row = ServerMetaRow(key="store_id", value="rd" + secrets.token_hex(8))
             s.add(row)
         return row.value
-
-
-def import_models() -> None:
-    """Kept for callers that want every table registered: they all live in this module."""

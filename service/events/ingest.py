@@ -4,7 +4,7 @@ reads, and the HTTP push).
 
 Events are data, not trust. Each is validated (``parse_event``); one that does not
 validate, names a path outside the job's own storage prefix, or does not belong to the
-job's kind is dropped and counted on the job (``dropped_events``, ``last_drop_reason``),
+job's kind is dropped and counted on the job (``dropped_events``, ``last_dropped_reason``),
 never raised. Events of a job that is not running (ended, or queued for its next
 attempt) are ignored: a push carries the token of the attempt that sent it, and a new
 attempt gets a new token. Every stored event is keyed by ``(job, attempt, src_seq)``
@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.schemas import FailureCause, JobStatus
+from api.schemas import FailureCause, JobStatus, TuneSpec
 from api.schemas.events import (
     MARKER,
     BestTrialEvent,
@@ -47,6 +47,7 @@ from api.schemas.events import (
     WorkerFailureEvent,
     WorkerGroupEvent,
 )
+from api.schemas.trials import better, metric_value
 from service import lifecycle, storage
 from service.db.models import (
     CheckpointRow,
@@ -60,6 +61,7 @@ from service.db.models import (
     WorkerGroupRow,
     count,
 )
+from service.db.specs import stored_search
 from service.events import limits, logs, rollups
 from service.events.limits import Dropped, EventLimits, room
 from service.events.push import parse_all
@@ -119,6 +121,14 @@ class _Batch:
         self.stored: dict[type[EventKey], set[int]] = {}
         self.trials: dict[str, TrialRow] = {}  # trial rows this batch read or made
         self.metrics: list[dict[str, Any]] = []
+        self._search: TuneSpec | None = None
+
+    @property
+    def search(self) -> TuneSpec:
+        """The job's spec as a search, read once per batch."""
+        if self._search is None:
+            self._search = stored_search(self.job.spec)
+        return self._search
 
     def seen(self, table: type[EventKey], seq: int) -> bool:
         if table not in self.stored:
@@ -171,10 +181,6 @@ class Ingest:
             stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
         return stored is not None and secrets.compare_digest(stored, token_hash(token))
 
-    def push(self, job_id: str, raws: list[Any]) -> None:
-        """Events from the HTTP channel (one post may carry many)."""
-        self.take(job_id, raws, push=True)
-
     def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:
         """Take the current attempt's log text that starts at character ``at``, up to its
         last full line (all of it when ``final``: the attempt ended). Returns how many
@@ -223,7 +229,7 @@ class Ingest:
     @staticmethod
     def _drop(job: JobRow, exc: Exception) -> None:
         job.dropped_events = (job.dropped_events or 0) + 1
-        job.last_drop_reason = _reason(exc)
+        job.last_dropped_reason = _reason(exc)
 
     # ------------------------------------------------------------------ one event
 
@@ -409,17 +415,12 @@ def _trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: _Batc
     )
     row.reports += 1
     row.last_metrics = m
-    budget = job.spec.get("budget") or {}
-    unit = "step" if budget.get("steps") else "training_iteration" if budget.get("reports") else "epoch"
-    row.last_time = _float(m.get(unit))
-    value = _float(m.get(job.spec.get("metric")))
-    if value is not None and (row.best_metric is None or better(value, row.best_metric, job.spec.get("mode"))):
+    search = batch.search
+    row.last_time = metric_value(m.get(search.unit))
+    value = metric_value(m.get(search.metric))
+    if value is not None and (row.best_metric is None or better(value, row.best_metric, search.mode)):
         row.best_metric = value
         row.best_attempt, row.best_seq = job.attempt, event.seq  # the report GET /best answers with
-
-
-def better(value: float, than: float, mode: str | None) -> bool:
-    return value > than if mode == "max" else value < than
 
 
 def _reason(exc: Exception) -> str:
@@ -431,13 +432,6 @@ def _reason(exc: Exception) -> str:
     else:
         text = str(exc) or type(exc).__name__
     return text[:MAX_REASON]
-
-
-def _float(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
 
 
 def _int(v: Any) -> int | None:

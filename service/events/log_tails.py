@@ -32,7 +32,7 @@ TAKE_CHARS = 4 << 20  # text one tick takes in per job
 READ_WHOLE_BELOW = 1 << 20  # an ended attempt's log shorter than this is read once whole
 TAIL_GRACE_S = 10.0  # how long an ended attempt's tail may take to close
 RETRY_AFTER_S = 2.0  # before a failed tail is opened again
-FULL_READ_EVERY_S = 1.0  # without a working tail: the whole log at most this often (as before tails)
+FULL_READ_EVERY_S = 1.0  # without a working tail: the whole log at most this often
 MAX_TAIL_FAILURES = 3  # in a row, before an attempt is read whole every FULL_READ_EVERY_S instead
 
 

@@ -5,13 +5,10 @@ trial's metric series, PBT lineage and the best trial. Their rows live in
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, NotFound
+from api.errors import Conflict, NotFound, job_not_found
 from api.schemas import (
     BestTrialPublic,
     ExploitPublic,
@@ -22,8 +19,9 @@ from api.schemas import (
     TrialPublic,
     TuneSpec,
 )
+from api.schemas.trials import better, metric_value
 from service.db.models import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
-from service.events.ingest import better as _better
+from service.db.specs import stored_search
 from service.events.replay import Exploit, replay_spec
 
 LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
@@ -41,7 +39,7 @@ class TrialService:
     def _search(self, s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)
         if job is None:
-            raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+            raise job_not_found(job_id)
         if job.kind != "tune":
             raise Conflict(
                 f"Job {job_id} is a {job.kind} job; trials, lineage and the best trial exist for searches (kind tune).",
@@ -53,7 +51,8 @@ class TrialService:
         with self.sessions() as s:
             job = self._search(s, job_id)
             rows = s.scalars(select(TrialRow).where(TrialRow.job_id == job_id).order_by(TrialRow.trial_id)).all()
-            return [_trial_public(job, r) for r in rows]
+            search = _spec(job)
+            return [_trial_public(job, search, r) for r in rows]
 
     def trial_metrics(self, job_id: str, trial_id: str, since: int = -1) -> list[TrialMetricPoint]:
         with self.sessions() as s:
@@ -102,7 +101,8 @@ class TrialService:
         """The search's result once it ended; before that, the best report so far."""
         with self.sessions() as s:
             job = self._search(s, job_id)
-            metric, mode = job.spec.get("metric"), job.spec.get("mode")
+            search = _spec(job)
+            metric, mode = search.metric, search.mode
             final = s.get(SearchResultRow, job_id)
             if final is not None:
                 return BestTrialPublic(
@@ -152,7 +152,18 @@ class TrialService:
                 for r in rows
             ]
             configs = {t.trial_id: t.config or {} for t in s.scalars(select(TrialRow).where(TrialRow.job_id == job_id))}
-            return replay_spec(TuneSpec.model_validate(job.spec), final.trial_id, exploits, configs)
+            return replay_spec(_spec(job), final.trial_id, exploits, configs)
+
+
+def _spec(job: JobRow) -> TuneSpec:
+    try:
+        return stored_search(job.spec)
+    except ValueError as exc:  # pydantic's ValidationError included
+        raise Conflict(
+            f"The stored spec of search {job.id} no longer validates on this server ({str(exc)[:300]}); "
+            "its trials cannot be read here. Read them with the server version that ran it.",
+            code="stored_spec_invalid",
+        ) from None
 
 
 def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -> TrialMetricRow | None:
@@ -173,20 +184,19 @@ def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -
     best: TrialMetricRow | None = None
     q = select(TrialMetricRow).where(TrialMetricRow.job_id == job_id, TrialMetricRow.trial_id == trial.trial_id)
     for row in s.scalars(q.order_by(TrialMetricRow.attempt, TrialMetricRow.src_seq)):
-        v = _float(row.values.get(metric))
-        if v is not None and (best is None or _better(v, float(best.values[metric]), mode)):
+        v = metric_value(row.values.get(metric))
+        if v is not None and (best is None or better(v, float(best.values[metric]), mode)):
             best = row
     return best
 
 
-def _trial_public(job: JobRow, r: TrialRow) -> TrialPublic:
+def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
     status = r.status
     job_status = JobStatus(job.status)
     if status in LIVE_STATUSES and job_status.is_terminal():
         # The driver ended (cancel, failure) before it could say: the job's end is the trial's.
         status = {JobStatus.CANCELLED: "CANCELLED", JobStatus.FAILED: "ERROR"}.get(job_status, "TERMINATED")
-    budget = job.spec.get("budget") or {}
-    amount = budget.get("epochs") or budget.get("steps") or budget.get("reports")
+    amount = search.budget_amount
     stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
     return TrialPublic(
         trial_id=r.trial_id,
@@ -209,11 +219,3 @@ def _checkpoint(s: Session, job_id: str, path: str | None) -> TrialCheckpoint | 
     if row is None:
         return TrialCheckpoint(path=path)
     return TrialCheckpoint(id=row.id, path=path, epoch=row.epoch, step=row.step)
-
-
-def _float(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import NotFound
+from api.errors import job_not_found
 from api.schemas import WorkerGroupPublic, WorkerPlacement
 from service.db.models import JobRow, WorkerGroupRow
 
@@ -20,7 +20,7 @@ from service.db.models import JobRow, WorkerGroupRow
 def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic]:
     with sessions() as s:
         if s.get(JobRow, job_id) is None:
-            raise NotFound(f"No job {job_id!r}. List jobs with GET /v1/jobs.", code="job_not_found")
+            raise job_not_found(job_id)
         rows = s.scalars(
             select(WorkerGroupRow).where(WorkerGroupRow.job_id == job_id).order_by(WorkerGroupRow.seq)
         ).all()

@@ -20,7 +20,6 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
-from service.cluster.ray_backend import ClusterUnavailable
 from service.db.models import JobRow
 from service.http.deps import require_token
 from service.http.downloads import DownloadGate
@@ -55,7 +54,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(ClusterUnavailable, cluster_unavailable)
     app.add_exception_handler(Exception, internal_error)
 
     auth = [Depends(require_token)] if settings.api_token else []
@@ -129,10 +127,6 @@ async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
 
 async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     return _body(validation_error(exc, spec=request.url.path.rstrip("/") == "/v1/jobs"))
-
-
-async def cluster_unavailable(_: Request, exc: ClusterUnavailable) -> JSONResponse:
-    return _body(RaydockError(str(exc), code="cluster_unavailable", status=503))
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:

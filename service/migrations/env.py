@@ -4,9 +4,8 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from service.db.models import Base, import_models
+from service.db.models import Base  # every table is defined in service/db/models.py
 
-import_models()
 target_metadata = Base.metadata
 config = context.config
 

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from api.schemas.parallelism import MeshShape, ParallelismSpec, resolve_mesh, validate_parallelism
+from api.schemas import MeshShape, ParallelismSpec, resolve_mesh, validate_parallelism
 
 
 def check(par, *, num_workers=2, use_gpu=False, n_layers=2, n_heads=2, user_code=False):

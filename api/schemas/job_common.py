@@ -1,0 +1,39 @@
+"""What every job spec holds whatever its kind: its name, labels, queue priority and
+deadlines. ``TrainSpec`` and ``TuneSpec`` derive from ``JobCommon``; each narrows
+``kind`` to its own literal (the ``JobSpec`` discriminator) and gives ``name`` its default."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from api.schemas.common import NAME_RE, Labels, Strict
+
+MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
+
+JobName = Annotated[str, Field(pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")]
+
+
+class JobCommon(Strict):
+    kind: str
+    name: JobName
+    labels: Labels = Field(default_factory=dict)
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Queue priority: higher starts first; equal priorities start in arrival order.",
+    )
+    max_runtime_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Fail the job (cause TIMEOUT) if an attempt runs longer than this many seconds (a resume starts a new count).",
+    )
+    scheduling_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
+    )
