@@ -3,7 +3,6 @@ thin layer over the SDK (``api.client``) and takes the same YAML/JSON job spec."
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -12,34 +11,16 @@ from typing import Annotated, Optional
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
+from service.cli import results
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
 from service.cli.gc import gc
 from service.code.upload_view import UploadView, describe
-from service.db.specs import stored_search
-
-app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
-
-UrlOpt = Annotated[str, typer.Option("--url", envvar="RAYDOCK_URL", help="Server URL.")]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_TOKEN", help="API token.")]
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-def _client(url: str, token: str | None) -> Client:
-    return Client(url, token=token)
-
-
-def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}")  # a message's [code] is text, not rich markup
-    raise typer.Exit(code)
 
 
 @app.command()
@@ -114,21 +95,21 @@ def _wait_healthy(client: Client, server, timeout: float = 180.0) -> None:
             except (httpx.HTTPError, RaydockError):
                 pass
         time.sleep(0.3)
-    _fail("the embedded server did not start; see the log above")
+    fail("the embedded server did not start; see the log above")
 
 
 def load_spec_file(path: Path):
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        _fail(f"cannot read {path}: {exc}")
+        fail(f"cannot read {path}: {exc}")
     if not isinstance(raw, dict):
-        _fail(f"{path} must hold a mapping (the job spec)")
+        fail(f"{path} must hold a mapping (the job spec)")
     try:
         return parse_job_spec(raw)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        _fail(f"{path} is not a valid job spec:\n" + "\n".join(lines), code=2)
+        fail(f"{path} is not a valid job spec:\n" + "\n".join(lines), code=2)
 
 
 @app.command()
@@ -142,12 +123,12 @@ def submit(
     working_dir, relative to the spec file, is packaged and uploaded once (shown with
     a progress bar under --follow when it is large)."""
     spec = load_spec_file(spec_file)
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         try:
             with UploadView(err, live=follow) as view:
                 job = client.submit(spec, base_dir=spec_file.parent, progress=view)
         except RaydockError as exc:
-            _fail(f"{exc.message} [{exc.code}]", code=2)
+            fail(f"{exc.message} [{exc.code}]", code=2)
         if client.last_upload is not None:
             err.print(describe(client.last_upload))
         console.print(job.id)
@@ -219,7 +200,7 @@ def list_jobs(
 ) -> None:
     """List jobs, newest first."""
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         page = client.list(status=status, labels=labels, limit=min(limit, 1000))
         items = list(page.items)
         while page.next is not None and len(items) < limit:
@@ -243,11 +224,11 @@ def list_jobs(
 @app.command()
 def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """Show one job as JSON."""
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         try:
             job = client.job(job_id)
         except RaydockError as exc:
-            _fail(exc.message)
+            fail(exc.message)
         console.print_json(job.info.model_dump_json())
 
 
@@ -259,7 +240,7 @@ def logs(
     token: TokenOpt = None,
 ) -> None:
     """Print a job's log; -f follows it until the job ends."""
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         try:
             job = client.job(job_id)
             out = job.logs(follow=follow)
@@ -270,7 +251,7 @@ def logs(
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
         except RaydockError as exc:
-            _fail(exc.message)
+            fail(exc.message)
 
 
 @app.command()
@@ -280,7 +261,7 @@ def cancel(
     token: TokenOpt = None,
 ) -> None:
     """Cancel jobs (their workers and CPUs are released); many at once in one request per 1000."""
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         try:
             if len(job_ids) == 1:
                 job = client.job(job_ids[0]).cancel()
@@ -288,7 +269,7 @@ def cancel(
                 return
             result = client.cancel_many(job_ids)
         except RaydockError as exc:
-            _fail(exc.message)
+            fail(exc.message)
     for refusal in result.refused:
         err.print(f"{refusal.id}: {refusal.message}")
     console.print(f"cancelled {len(result.cancelled)} of {len(job_ids)}")
@@ -299,129 +280,17 @@ def cancel(
 @app.command()
 def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
-    with _client(url, token) as client:
+    with client_for(url, token) as client:
         try:
             job = client.job(job_id).resume()
         except RaydockError as exc:
-            _fail(exc.message)
+            fail(exc.message)
         console.print(f"{job.id} {job.status.value} ({job.info.status_reason})")
 
 
-@app.command()
-def checkpoints(
-    job_id: str,
-    download: Annotated[Optional[int], typer.Option(help="Download this checkpoint id.")] = None,
-    dest: Annotated[Path, typer.Option(help="Where to unpack a download.")] = Path("."),
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-) -> None:
-    """List a job's checkpoints, or download one with --download ID."""
-    with _client(url, token) as client:
-        try:
-            job = client.job(job_id)
-            if download is not None:
-                console.print(str(job.download_checkpoint(download, dest)))
-                return
-            found = job.checkpoints()
-            if as_json:
-                console.print_json(json.dumps([c.model_dump(mode="json") for c in found]))
-                return
-            table = Table("ID", "EPOCH", "STEP", "METRICS", "PATH")
-            for c in found:
-                table.add_row(
-                    str(c.id),
-                    str(c.epoch),
-                    str(c.step),
-                    json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in c.metrics.items()}),
-                    c.path,
-                )
-            console.print(table)
-        except RaydockError as exc:
-            _fail(exc.message)
-
-
-# --- a search's trials (kind: tune jobs)
-
-
-@app.command()
-def trials(
-    job_id: str,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    replay: Annotated[
-        bool,
-        typer.Option("--replay", help="Print the best trial as a kind: train spec (YAML) with its schedule of values."),
-    ] = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-) -> None:
-    """A search's trials, its PBT lineage (who cloned whom, when) and its best trial;
-    with --replay, the best trial as a training spec: `raydock trials ID --replay > spec.yaml`."""
-    with _client(url, token) as client:
-        try:
-            if replay:
-                spec = client.request("GET", f"/v1/jobs/{job_id}/best/replay").json()
-                print(yaml.safe_dump(spec, sort_keys=False), end="")
-                return
-            job = client.job(job_id)
-            found, lineage = job.trials(), job.lineage()
-            try:
-                best = job.best()
-            except RaydockError as exc:
-                if exc.code != "no_reports":
-                    raise
-                best = None
-        except RaydockError as exc:
-            _fail(exc.message)
-    if as_json:
-        out = {"trials": found, "lineage": lineage, "best": best}
-        console.print_json(json.dumps({k: _jsonable(v) for k, v in out.items()}))
-        return
-    search = stored_search(job.info.spec)
-    unit, metric = search.unit, search.metric
-    table = Table("TRIAL", "STATUS", "VALUES", unit.upper(), f"LAST {metric}", f"BEST {metric}", "EXPLOITS")
-    for t in found:
-        last = (t.last_metrics or {}).get(metric)
-        status = t.status + (" (stopped early)" if t.stopped_early else "")
-        table.add_row(
-            t.trial_id,
-            status,
-            _values(t.config),
-            str((t.last_metrics or {}).get(unit, "")),
-            _num(last),
-            _num(t.best_metric),
-            str(t.exploits),
-        )
-    console.print(table)
-    for e in lineage:
-        console.print(
-            f"{unit} {_num(e.donor_time)}: {e.trial_id} cloned {e.donor_trial_id} ({metric} {_num(e.donor_metric)}) "
-            f"and goes on with {_values(e.new_config)}"
-        )
-    if best is not None:
-        where = f", checkpoint {best.checkpoint.id}" if best.checkpoint and best.checkpoint.id is not None else ""
-        label = "best" if best.final else "best so far"
-        console.print(f"{label}: {best.trial_id} {metric}={_num(best.value)} with {_values(best.config)}{where}")
-
-
-def _values(config: dict) -> str:
-    return ", ".join(f"{k}={_num(v)}" for k, v in config.items())
-
-
-def _num(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
-
-
-def _jsonable(value):
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
-
-
-# --- end of a search's trials
-
-
-app.command()(gc)  # service/cli/gc.py
+app.command()(results.checkpoints)
+app.command()(results.trials)
+app.command()(gc)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""What every ``raydock`` command shares: the app, the consoles, the server options and
+how a refusal is printed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from api.client import Client
+
+app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+UrlOpt = Annotated[str, typer.Option("--url", envvar="RAYDOCK_URL", help="Server URL.")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_TOKEN", help="API token.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def client_for(url: str, token: str | None) -> Client:
+    return Client(url, token=token)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {escape(message)}")  # a message's [code] is text, not rich markup
+    raise typer.Exit(code)
