@@ -96,7 +96,7 @@ def test_a_file_uri_checkpoint_path_is_no_existence_oracle_for_api_host_paths(ta
 
 def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
     """100 connections ask for a 32 MiB checkpoint and read nothing."""
-    send_timeout_s = 12  # long enough to take the figures while all are held
+    send_timeout_s = 20  # long enough to take the figures while all are held, on a busy machine too
     target = attacks.start_target(
         tmp_path, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(send_timeout_s), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
     )
@@ -113,7 +113,7 @@ def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
         f"stalled request ({f.fresh_download_status})"
     )
     assert f.served <= LIMIT and f.served + f.refused == f.connections
-    assert f.list_max_ms < 1000
+    assert f.list_p50_ms < 200 and f.list_max_ms < 2000
     assert f.rss_grew_mib < 150
     assert f.threads_grew <= 3 * LIMIT + 8  # a packing thread and a reading one per download, a few of the pool
     assert f.threads_after_drop <= LIMIT + 4
