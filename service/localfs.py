@@ -30,6 +30,16 @@ def open_prefix(prefix: str) -> int:
         os.close(parent)
 
 
+def open_regular(path: str) -> int:
+    """An fd of the regular file ``path``: its directory opened as ``open_prefix`` does,
+    the file itself without following a link, and refused unless ``fstat`` says regular."""
+    dir_fd = open_prefix(os.path.dirname(os.path.normpath(path)))
+    try:
+        return open_file(dir_fd, os.path.basename(path))[0]
+    finally:
+        os.close(dir_fd)
+
+
 def real_prefix(prefix: str) -> str:
     """``prefix`` as ``open_prefix`` reaches it: the parent resolved, the last component as named."""
     norm = os.path.normpath(prefix)

@@ -129,9 +129,11 @@ def put_file(local_path: str, uri: str) -> None:
 
 
 def open_random_access(uri: str):
-    """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all)."""
+    """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all).
+    A local one must be a regular file reached without a link: the storage is shared
+    with what jobs write, and a FIFO or a link put in its place is refused (``OSError``)."""
     if is_local(uri):
-        return open(local_path(uri), "rb")
+        return os.fdopen(localfs.open_regular(local_path(uri)), "rb")
     fs, path = _resolve(uri)
     return fs.open_input_file(path)
 
