@@ -150,3 +150,16 @@ def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(target):
     grew = attacks.server_threads(target) - threads0
     print(f"threads over the baseline after {3 * LIMIT} abandoned downloads: {grew}")
     assert grew <= LIMIT + 2
+
+
+def test_a_checkpoint_nested_deeper_than_the_walk_goes_is_cut_there(target):
+    """Each directory level holds an fd while it is packed: 300 levels would hold 300."""
+    from service.localfs import MAX_DEPTH
+
+    job_id = target.running_job()
+    deep = "/".join(["d"] * 300)
+    row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": b"m", f"{deep}/x": b"x"})
+    r = httpx.get(target.url + attacks.download_path(job_id, row_id), timeout=60)
+    assert r.status_code == 200
+    assert attacks.members(r.content) == {"model.pt": b"m"}
+    assert MAX_DEPTH < 300
