@@ -44,7 +44,8 @@ def _local(uri: str) -> str:
 
 def within(path: str, prefix: str) -> bool:
     """Whether ``path`` names something inside ``prefix`` once normalised: the same
-    scheme and bucket, no ``..`` step, and (for a local path) no symlink out of it."""
+    scheme and bucket, no ``..`` step (percent-decoded first, as pyarrow reads a URI), no
+    query or fragment, and (for a local path) no symlink out of it."""
     if not path or is_local(prefix) != is_local(path):
         return False
     if is_local(path):
@@ -62,9 +63,12 @@ def within(path: str, prefix: str) -> bool:
         root, target = localfs.real_prefix(local_path(prefix)), os.path.realpath(path)
         return target == root or target.startswith(root.rstrip("/") + "/")
     p, t = urlsplit(prefix), urlsplit(path)
-    if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment:
+    if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment or not _plain_url(path):
         return False
-    root, target = posixpath.normpath(p.path or "/"), posixpath.normpath(t.path or "/")
+    decoded = unquote(t.path)  # as for file://, checked as it will be read
+    if "\x00" in decoded or ".." in decoded.split("/"):
+        return False
+    root, target = posixpath.normpath(unquote(p.path) or "/"), posixpath.normpath(decoded or "/")
     return target == root or target.startswith(root.rstrip("/") + "/")
 
 
