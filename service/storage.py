@@ -44,7 +44,8 @@ def _local(uri: str) -> str:
 
 def within(path: str, prefix: str) -> bool:
     """Whether ``path`` names something inside ``prefix`` once normalised: the same
-    scheme and bucket, no ``..`` step, and (for a local path) no symlink out of it."""
+    scheme and bucket, no ``..`` step (percent-decoded first, as pyarrow reads a URI), no
+    query or fragment, and (for a local path) no symlink out of it."""
     if not path or is_local(prefix) != is_local(path):
         return False
     if is_local(path):
@@ -62,9 +63,12 @@ def within(path: str, prefix: str) -> bool:
         root, target = localfs.real_prefix(local_path(prefix)), os.path.realpath(path)
         return target == root or target.startswith(root.rstrip("/") + "/")
     p, t = urlsplit(prefix), urlsplit(path)
-    if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment:
+    if (p.scheme, p.netloc) != (t.scheme, t.netloc) or t.query or t.fragment or not _plain_url(path):
         return False
-    root, target = posixpath.normpath(p.path or "/"), posixpath.normpath(t.path or "/")
+    decoded = unquote(t.path)  # as for file://, checked as it will be read
+    if "\x00" in decoded or ".." in decoded.split("/"):
+        return False
+    root, target = posixpath.normpath(unquote(p.path) or "/"), posixpath.normpath(decoded or "/")
     return target == root or target.startswith(root.rstrip("/") + "/")
 
 
@@ -129,9 +133,11 @@ def put_file(local_path: str, uri: str) -> None:
 
 
 def open_random_access(uri: str):
-    """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all)."""
+    """A seekable binary file for ``uri`` (a zip's directory is read without fetching it all).
+    A local one must be a regular file reached without a link: the storage is shared
+    with what jobs write, and a FIFO or a link put in its place is refused (``OSError``)."""
     if is_local(uri):
-        return open(local_path(uri), "rb")
+        return os.fdopen(localfs.open_regular(local_path(uri)), "rb")
     fs, path = _resolve(uri)
     return fs.open_input_file(path)
 

@@ -308,3 +308,25 @@ def test_a_search_over_local_code_uploads_its_base_and_stores_the_package_ref(up
         job = client.submit(search, base_dir=tmp_path)
         base = job.info.spec["base"]
         assert base["working_dir"] is None and base["code"] == client.last_upload.ref
+
+
+def test_a_stored_package_swapped_for_a_fifo_or_a_link_is_refused_not_waited_on(upload_server, tmp_path):
+    """Jobs can write the shared storage: one swaps a stored package for a FIFO (a submit
+    naming it would wait forever for a writer) or for a link to a zip of the API host."""
+    url = upload_server.url
+    job = {"name": "swapped", "entrypoint": "pkg.train:train", "scaling": {"num_workers": 1}}
+    host_zip = tmp_path / "host.zip"
+    host_zip.write_bytes(zip_of([(f"{TOP}/pkg/train.py", b"def train(config): pass\n")]))
+    for swap in ("fifo", "link"):
+        body = zip_of([(f"{TOP}/pkg/train.py", f"# {swap}\ndef train(config):\n    pass\n".encode())])
+        sha = hashlib.sha256(body).hexdigest()
+        assert httpx.put(f"{url}/v1/code/{sha}", content=body).status_code == 201
+        stored_zip = upload_server.data_dir / "storage" / "_code" / f"{sha}.zip"
+        stored_zip.unlink()
+        if swap == "fifo":
+            os.mkfifo(stored_zip)
+        else:
+            stored_zip.symlink_to(host_zip)
+        r = httpx.post(f"{url}/v1/jobs", json={**job, "code": f"sha256:{sha}"}, timeout=20)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "code_package_unreadable"

@@ -96,7 +96,7 @@ def test_a_file_uri_checkpoint_path_is_no_existence_oracle_for_api_host_paths(ta
 
 def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
     """100 connections ask for a 32 MiB checkpoint and read nothing."""
-    send_timeout_s = 12  # long enough to take the figures while all are held
+    send_timeout_s = 20  # long enough to take the figures while all are held, on a busy machine too
     target = attacks.start_target(
         tmp_path, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(send_timeout_s), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
     )
@@ -113,7 +113,7 @@ def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
         f"stalled request ({f.fresh_download_status})"
     )
     assert f.served <= LIMIT and f.served + f.refused == f.connections
-    assert f.list_max_ms < 1000
+    assert f.list_p50_ms < 200 and f.list_max_ms < 2000
     assert f.rss_grew_mib < 150
     assert f.threads_grew <= 3 * LIMIT + 8  # a packing thread and a reading one per download, a few of the pool
     assert f.threads_after_drop <= LIMIT + 4
@@ -150,3 +150,16 @@ def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(target):
     grew = attacks.server_threads(target) - threads0
     print(f"threads over the baseline after {3 * LIMIT} abandoned downloads: {grew}")
     assert grew <= LIMIT + 2
+
+
+def test_a_checkpoint_nested_deeper_than_the_walk_goes_is_cut_there(target):
+    """Each directory level holds an fd while it is packed: 300 levels would hold 300."""
+    from service.files.localfs import MAX_DEPTH
+
+    job_id = target.running_job()
+    deep = "/".join(["d"] * 300)
+    row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": b"m", f"{deep}/x": b"x"})
+    r = httpx.get(target.url + attacks.download_path(job_id, row_id), timeout=60)
+    assert r.status_code == 200
+    assert attacks.members(r.content) == {"model.pt": b"m"}
+    assert MAX_DEPTH < 300

@@ -207,8 +207,15 @@ class CodeStore:
                 code="code_package_not_found",
                 details=[{"loc": loc + ["code"], "msg": "unknown package"}],
             )
-        with storage.open_random_access(self.uri(sha256)) as f, zipfile.ZipFile(f) as zf:
-            names = set(zf.namelist())
+        try:
+            with storage.open_random_access(self.uri(sha256)) as f, zipfile.ZipFile(f) as zf:
+                names = set(zf.namelist())
+        except (OSError, zipfile.BadZipFile):  # replaced in storage since it was uploaded
+            raise InvalidSpec(
+                f"code {ref} is no longer a readable package on this server: upload it again (PUT /v1/code/{sha256}).",
+                code="code_package_unreadable",
+                details=[{"loc": loc + ["code"], "msg": "unreadable package"}],
+            ) from None
         if taken := reserved_names(names):
             raise InvalidSpec(
                 f"The uploaded code defines {', '.join(taken)} at its top level, which are raydock's own packages on the "

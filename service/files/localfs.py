@@ -18,6 +18,8 @@ from dataclasses import dataclass
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO the job left would otherwise wait for a writer forever.
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# Directories deeper than this are left out: each level of a walk holds one fd open.
+MAX_DEPTH = 64
 
 
 def open_prefix(prefix: str) -> int:
@@ -28,6 +30,16 @@ def open_prefix(prefix: str) -> int:
         return os.open(os.path.basename(norm), _DIR, dir_fd=parent)
     finally:
         os.close(parent)
+
+
+def open_regular(path: str) -> int:
+    """An fd of the regular file ``path``: its directory opened as ``open_prefix`` does,
+    the file itself without following a link, and refused unless ``fstat`` says regular."""
+    dir_fd = open_prefix(os.path.dirname(os.path.normpath(path)))
+    try:
+        return open_file(dir_fd, os.path.basename(path))[0]
+    finally:
+        os.close(dir_fd)
 
 
 def real_prefix(prefix: str) -> str:
@@ -82,24 +94,27 @@ def open_file(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
 def regular_files(dir_fd: int, skipped: list[str] | None = None) -> Iterator[OpenFile]:
     """Every regular file below ``dir_fd`` in name order, each open while the caller holds
     it (closed when the walk moves on); links, devices and FIFOs are left out, and so is a
-    file or directory swapped for one of them between listing and opening (its name goes
-    to ``skipped``)."""
-    yield from _walk(dir_fd, "", skipped if skipped is not None else [])
+    file or directory swapped for one of them between listing and opening, and what lies
+    deeper than ``MAX_DEPTH`` directories (each such name goes to ``skipped``)."""
+    yield from _walk(dir_fd, "", skipped if skipped is not None else [], 0)
 
 
-def _walk(dir_fd: int, base: str, skipped: list[str]) -> Iterator[OpenFile]:
+def _walk(dir_fd: int, base: str, skipped: list[str], depth: int) -> Iterator[OpenFile]:
     with os.scandir(dir_fd) as it:
         entries = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in it)
     for name, is_dir, is_file in entries:
         rel = f"{base}{name}"
         if is_dir:
+            if depth >= MAX_DEPTH:
+                skipped.append(rel)
+                continue
             try:
                 sub = os.open(name, _DIR, dir_fd=dir_fd)
             except OSError:
                 skipped.append(rel)
                 continue
             try:
-                yield from _walk(sub, rel + "/", skipped)
+                yield from _walk(sub, rel + "/", skipped, depth + 1)
             finally:
                 os.close(sub)
         elif is_file:
