@@ -31,6 +31,7 @@ import httpx
 from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
+from api.schemas.events import SUBMISSION_HEADER
 from service.ingest import token_hash
 from service.jobs import JobService
 from service.local_cluster import free_ports
@@ -41,6 +42,7 @@ from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 
 TOKEN = "bench-events-token"
+SID = "raydock-pushed-1-abcdef"
 EVENTS = 2000  # pushed per ingestion row
 BATCH = 200  # events per post, as the driver's pusher sends them
 LOG_MB = 100
@@ -73,7 +75,7 @@ class Bench:
 
     def running_job(self) -> str:
         job, _ = self.service.submit(parse_job_spec(digits_spec()))
-        self._set(job.id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        self._set(job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN))
         return job.id
 
     def _set(self, job_id: str, **values) -> None:
@@ -112,7 +114,7 @@ class Bench:
 
     def push_rate(self, job_id: str, first: int) -> str:
         """Events/s pushed for one job, EVENTS of them from seq ``first`` on."""
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+        headers = {"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID}
         path = f"/v1/internal/jobs/{job_id}/events"
         t = time.perf_counter()
         if self.batched:

@@ -193,16 +193,19 @@ class Ingest:
         log_text: str | None = None,
         log_at: int | None = None,
         push: bool = False,
+        attempt_of: str | None = None,
     ) -> bool:
         """Store events once each, and optionally log text of the current attempt that
         starts at ``log_at``, in one transaction. Never raises for what an event holds.
+        Pushed events of an attempt (``attempt_of``: its Ray submission id) that is not
+        the job's current one are ignored.
         False when nothing was taken (no such job, or the log text is not the next)."""
         parsed, refused = parse_all(raws)  # before the transaction: it holds the write lock
         with self._locks[job_id], self.sessions.begin() as s:
             job = s.get(JobRow, job_id, with_for_update=True)
             if job is None or (log_at is not None and log_at != job.log_offset):
                 return False
-            if job.status in RECEIVING:
+            if job.status in RECEIVING and (attempt_of is None or attempt_of == job.ray_job_id):
                 for exc in refused:
                     self._drop(job, exc)
                 batch = _Batch(s, job, parsed, self.limits)
@@ -227,8 +230,8 @@ class Ingest:
     # ------------------------------------------------------------------ one event
 
     def _own_path(self, job: JobRow, path: str | None) -> str | None:
-        if path is not None and not storage.within(path, storage.job_prefix(self.storage_path, job.id)):
-            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix")
+        if path is not None and not storage.owned(path, storage.job_prefix(self.storage_path, job.id)):
+            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix (or in its {storage.LAUNCH_DIR}/)")
         return path
 
     def _apply(self, s: Session, job: JobRow, event: Any, push: bool, batch: _Batch) -> None:

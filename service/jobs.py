@@ -28,6 +28,7 @@ from api.schemas import (
     JobStatus,
     MetricPoint,
 )
+from api.schemas.events import SUBMISSION_HEADER
 from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
 from service.event_limits import EventLimits
@@ -220,7 +221,7 @@ class JobService:
                 id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
             )
             for r in rows
-            if storage.within(r.path, prefix) and storage.exists(r.path)
+            if storage.owned(r.path, prefix) and storage.exists(r.path)
         ]
 
     def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
@@ -228,7 +229,7 @@ class JobService:
             self._job(s, job_id)
             row = s.get(CheckpointRow, checkpoint_id)
         prefix = self.prefix(job_id)
-        if row is None or row.job_id != job_id or not storage.within(row.path, prefix):
+        if row is None or row.job_id != job_id or not storage.owned(row.path, prefix):
             raise NotFound(
                 f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints."
             )
@@ -353,13 +354,25 @@ class JobService:
     def check_events_token(self, job_id: str, token: str | None) -> bool:
         return self.events.check_token(job_id, token)
 
-    def ingest(self, job_id: str, events: list[Any], *, push: bool = False) -> None:
-        """Events of a job; a post (``push``) is admitted one at a time per job and
-        stored a bounded number of events per transaction (``service/event_push.py``)."""
+    def check_events_attempt(self, job_id: str, submission_id: str | None) -> None:
+        """A post must name the Ray submission id of the job's current attempt."""
+        with self.sessions() as s:
+            row = s.execute(select(JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id == job_id)).first()
+        if not submission_id or row is None or submission_id not in (row.ray_job_id, row.submission_id):
+            raise Conflict(
+                f"This post names {'no' if not submission_id else 'another'} attempt of job {job_id}; events are "
+                f"taken only from its current attempt, named by the {SUBMISSION_HEADER} header (its Ray submission id).",
+                code="not_current_attempt",
+            )
+
+    def ingest(self, job_id: str, events: list[Any], *, push: bool = False, submission_id: str | None = None) -> None:
+        """Events of a job; a post (``push``, of the attempt ``submission_id``) is admitted
+        one at a time per job and stored a bounded number of events per transaction
+        (``service/event_push.py``)."""
         if not push:
             self.events.take(job_id, events)
             return
         check_search_batch(events, self.settings.max_search_events_per_push)
         with self.pushes.admit(job_id):
             for part in chunks(events, self.settings.events_per_transaction):
-                self.events.take(job_id, part, push=True)
+                self.events.take(job_id, part, push=True, attempt_of=submission_id)

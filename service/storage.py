@@ -1,7 +1,8 @@
 """Checkpoint storage: a local directory or any pyarrow filesystem URI (s3://, gs://).
 
 Every job owns one prefix, ``<storage>/<job id>``; what it reports (checkpoint paths,
-results) is accepted only inside it (``within``), and read back only from inside it.
+results) is accepted only inside it and outside its ``_raydock`` folder (``owned``), and
+read back only from there.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def within(path: str, prefix: str) -> bool:
     return target == root or target.startswith(root.rstrip("/") + "/")
 
 
+def owned(path: str, prefix: str) -> bool:
+    """Whether ``path`` names something the job wrote under its ``prefix``: inside it
+    (``within``), not the prefix itself, and not in the server's ``_raydock`` folder
+    there (each attempt's launch file, with its events token)."""
+    return within(path, prefix) and not within(prefix, path) and not within(path, join(prefix, LAUNCH_DIR))
+
+
 def exists(uri: str) -> bool:
     fs, path = _resolve(uri)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
@@ -100,13 +108,13 @@ def archive(uri: str, prefix: str) -> Iterator[bytes]:
     """A tar.gz of the directory at ``uri``, with paths relative to it, as pieces made
     while they are read: a writer thread packs file by file into a bounded pipe, so the
     memory it takes does not grow with the checkpoint. Only files inside ``prefix`` are
-    read: a link out of the job's prefix is left out."""
-    if not within(uri, prefix):
+    read: a link out of the job's prefix (or into its ``_raydock`` folder) is left out."""
+    if not owned(uri, prefix):
         raise PermissionError(f"{uri} is outside {prefix}")
     fs, root = _resolve(uri)
     files = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
     if _is_local(uri):
-        files = [i for i in files if within(i.path, prefix)]
+        files = [i for i in files if owned(i.path, prefix)]
     pipe = _Pipe()
 
     def pack() -> None:

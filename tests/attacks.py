@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import insert
 
+from api.schemas.events import SUBMISSION_HEADER
 from service.ingest import token_hash
 from service.jobs import JobService
 from service.store import JobRow, MetricRow, TrialMetricRow, TrialRow
@@ -22,6 +23,7 @@ from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
 
 TOKEN = "the-attackers-events-token"
+SID = "raydock-attacked-1-abcdef"  # the Ray submission id of the attacked attempt (Ray's job list shows it)
 SEARCH = {
     "kind": "tune",
     "name": "search-under-attack",
@@ -47,14 +49,18 @@ class Target:
     def running_job(self, **spec) -> str:
         """A job RUNNING on attempt 1 whose events token the attacker has."""
         job_id = submit(self.service, **spec)
-        set_columns(self.service, job_id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        set_columns(
+            self.service, job_id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
+        )
         return job_id
 
     def running_search(self) -> str:
         from api.schemas import parse_job_spec
 
         job, _ = self.service.submit(parse_job_spec(SEARCH))
-        set_columns(self.service, job.id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        set_columns(
+            self.service, job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
+        )
         return job.id
 
     def push(self, job_id: str, body, client: httpx.Client | None = None) -> httpx.Response:
@@ -62,7 +68,7 @@ class Target:
         return post(
             f"{self.url}/v1/internal/jobs/{job_id}/events",
             json=body,
-            headers={"Authorization": f"Bearer {TOKEN}"},
+            headers={"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID},
             timeout=60,
         )
 

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
 
 MARKER = "RAYDOCK_EVENT "
+# The header of every events post naming the Ray submission id of the attempt that sends it.
+SUBMISSION_HEADER = "Raydock-Submission-Id"
 MAX_SEQ = 2**53  # JSON numbers stay exact below this
 MAX_METRICS = 512
 MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are sent
