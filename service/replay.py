@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from api.errors import Conflict
 from api.schemas import TrainSpec, TuneSpec, apply_values
 from api.schemas.schedule import MAX_INTERVALS, SCHEDULABLE, HyperparameterSchedule
@@ -98,8 +100,16 @@ def replay_spec(search: TuneSpec, best_trial: str, exploits: list[Exploit], conf
         scheduled = {p: float(v) for p, v in values.items() if p in SCHEDULABLE}
         if scheduled and (not intervals or intervals[-1]["values"] != scheduled):
             intervals.append({"at": at, "values": scheduled})
-    spec = apply_values(search.base.model_dump(mode="json"), parts[0][1])
-    spec.update(name=f"{search.name}-replay"[:128], epochs=search.budget.epochs, max_steps=search.budget.steps)
-    if intervals:
-        spec["schedule"] = HyperparameterSchedule(unit=search.unit, intervals=intervals).model_dump(mode="json")
-    return TrainSpec.model_validate(spec)
+    try:
+        spec = apply_values(search.base.model_dump(mode="json"), parts[0][1])
+        spec.update(name=f"{search.name}-replay"[:128], epochs=search.budget.epochs, max_steps=search.budget.steps)
+        if intervals:
+            spec["schedule"] = HyperparameterSchedule(unit=search.unit, intervals=intervals).model_dump(mode="json")
+        return TrainSpec.model_validate(spec)
+    except (ValidationError, ValueError) as exc:  # what the search's events stored, not what the caller sent
+        first = exc.errors(include_url=False)[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise Conflict(
+            f"The lineage this search stored does not make a training spec ({first[:300]}). "
+            "Read it at GET /v1/jobs/{id}/lineage instead.",
+            code="not_replayable",
+        ) from None
