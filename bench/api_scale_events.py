@@ -32,7 +32,7 @@ from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
 from api.schemas.events import SUBMISSION_HEADER
-from service.ingest import token_hash
+from service.events_tokens import token_hash
 from service.jobs import JobService
 from service.local_cluster import free_ports
 from service.ray_backend import RayBackend

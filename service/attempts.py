@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from api.errors import InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, parse_job_spec
 from service import lifecycle, storage
-from service.ingest import new_events_token
+from service.events_tokens import new_events_token
 from service.jobs import JobService
 from service.ray_backend import ClusterUnavailable
 from service.store import JobRow

@@ -59,11 +59,14 @@ def within(path: str, prefix: str) -> bool:
     return target == root or target.startswith(root.rstrip("/") + "/")
 
 
-def owned(path: str, prefix: str) -> bool:
+def owned(path: str, prefix: str, *, whole: bool = False) -> bool:
     """Whether ``path`` names something the job wrote under its ``prefix``: inside it
-    (``within``), not the prefix itself, and not in the server's ``_raydock`` folder
-    there (each attempt's launch file, with its events token)."""
-    return within(path, prefix) and not within(prefix, path) and not within(path, join(prefix, LAUNCH_DIR))
+    (``within``), not the prefix itself (unless ``whole``: a run's result names it), and
+    not in the server's ``_raydock`` folder there (each attempt's launch file, with its
+    events token)."""
+    if not within(path, prefix) or within(path, join(prefix, LAUNCH_DIR)):
+        return False
+    return whole or not within(prefix, path)
 
 
 def exists(uri: str) -> bool:

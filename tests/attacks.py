@@ -15,7 +15,7 @@ import httpx
 from sqlalchemy import insert
 
 from api.schemas.events import SUBMISSION_HEADER
-from service.ingest import token_hash
+from service.events_tokens import token_hash
 from service.jobs import JobService
 from service.store import JobRow, MetricRow, TrialMetricRow, TrialRow
 from tests.conftest import digits_spec

@@ -14,8 +14,8 @@ import pytest
 from api.client import Client
 from api.schemas.events import SUBMISSION_HEADER
 from service import series
+from service.events_tokens import token_hash
 from service.http.routes.events import MAX_BATCH
-from service.ingest import token_hash
 from service.store import CheckpointRow
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess

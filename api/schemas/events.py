@@ -25,7 +25,8 @@ MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are 
 
 Seq = Annotated[int, Field(ge=0, lt=MAX_SEQ)]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+MAX_TRIAL_ID = 64  # the store's trial id columns hold this many characters
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TRIAL_ID)]
 Path = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
