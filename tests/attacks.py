@@ -275,3 +275,34 @@ def submit_latencies_while(target: Target, work, min_submits: int = 5) -> tuple[
             assert r.status_code == 202, r.text
     worker.join()
     return latencies, result.get("value")
+
+
+def exploit_chain(depth: int) -> list[dict]:
+    """Trial t0 cloned t1, which had cloned t2 before, ... down to t<depth>: one clone per
+    step back, the earliest decision first."""
+    return [
+        {
+            "type": "exploit",
+            "seq": depth - i,
+            "trial_id": f"t{i}",
+            "donor_trial_id": f"t{i + 1}",
+            "donor_time": depth - i,
+            "old_config": {"optimizer.lr": 0.01},
+            "new_config": {"optimizer.lr": 0.01 + (depth - i) * 1e-6},
+        }
+        for i in range(depth)
+    ][::-1]
+
+
+def replay_of_a_lineage(target: Target, job_id: str, depth: int) -> httpx.Response:
+    """Push a ``depth``-clone lineage for a running search, end it with t0 the best, and
+    ask for its replay."""
+    first = {"type": "trial", "seq": 0, "trial_id": f"t{depth}", "status": "RUNNING", "config": {"optimizer.lr": 0.01}}
+    events = [first, *exploit_chain(depth)]
+    for i in range(0, len(events), 200):
+        r = target.push(job_id, events[i : i + 200])
+        assert r.status_code == 204, r.text
+    best = {"type": "best_trial", "seq": 0, "trial_id": "t0", "value": 0.9, "config": {"optimizer.lr": 0.013}}
+    assert target.push(job_id, best).status_code == 204
+    set_columns(target.service, job_id, status="SUCCEEDED")
+    return httpx.get(f"{target.url}/v1/jobs/{job_id}/best/replay", timeout=120)

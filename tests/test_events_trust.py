@@ -132,33 +132,9 @@ def test_the_driver_deletes_its_launch_file_once_read(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ replay of a forged lineage
 
 
-def exploit_chain(depth: int) -> list[dict]:
-    """Trial t0 cloned t1, which had cloned t2 before, ... down to t<depth>: one clone per
-    step back, the earliest decision first."""
-    return [
-        {
-            "type": "exploit",
-            "seq": depth - i,
-            "trial_id": f"t{i}",
-            "donor_trial_id": f"t{i + 1}",
-            "donor_time": depth - i,
-            "old_config": {"optimizer.lr": 0.01},
-            "new_config": {"optimizer.lr": 0.01 + (depth - i) * 1e-6},
-        }
-        for i in range(depth)
-    ][::-1]
-
-
 def test_a_replay_of_a_3000_clone_lineage_answers_without_recursion(target):
     job_id = target.running_search()
-    events = [{"type": "trial", "seq": 0, "trial_id": "t3000", "status": "RUNNING", "config": {"optimizer.lr": 0.01}}]
-    events += exploit_chain(3000)
-    for i in range(0, len(events), 200):
-        assert forge(target, job_id, events[i : i + 200], attacks.SID).status_code == 204
-    best = {"type": "best_trial", "seq": 0, "trial_id": "t0", "value": 0.9, "config": {"optimizer.lr": 0.013}}
-    assert forge(target, job_id, best, attacks.SID).status_code == 204
-    set_columns(target.service, job_id, status="SUCCEEDED")
-    r = httpx.get(f"{target.url}/v1/jobs/{job_id}/best/replay", timeout=60)
+    r = attacks.replay_of_a_lineage(target, job_id, 3000)
     assert r.status_code == 200, r.text[:500]
     intervals = r.json()["schedule"]["intervals"]
     print(f"\nreplay of a 3000-clone lineage: {len(intervals)} intervals in {r.elapsed.total_seconds():.2f} s")

@@ -57,6 +57,10 @@ def test_poison_events_are_dropped_and_counted_and_the_server_goes_on(client: Cl
     good.wait(timeout=180)
     assert good.status.value == "SUCCEEDED", good.info.error
     assert good.info.dropped_events == 0
+    # Its driver and its Train controller pushed with the attempt's token and submission id.
+    log = (Path(server.data_dir) / "server.log").read_text(errors="replace").splitlines()
+    pushes = [line for line in log if f"/v1/internal/jobs/{good.id}/events" in line]
+    assert pushes and all(" 204" in line or " 429" in line for line in pushes), pushes[:5]
 
     bad.cancel()
     wait_for(lambda: bad.refresh().status.value == "CANCELLED", 90, "poisoned job cancelled")
