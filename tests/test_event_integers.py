@@ -172,3 +172,14 @@ def test_migration_0006_up_and_down(database_url):
     with engine.begin() as conn:
         command.upgrade(alembic(conn), "head")
     engine.dispose()
+
+
+def test_a_nul_character_in_a_log_is_stored_as_a_replacement(target):
+    """A job that prints a NUL byte: its log is stored, on PostgreSQL too, and its events with it."""
+    job_id = target.running_job()
+    text = "before\x00after\n" + MARKER + '{"type": "metric", "seq": 0, "ts": 1.0, "metrics": {"step": 1}}\n'
+    assert target.service.events.log(job_id, text, 0) == len(text)
+    job = job_of(target, job_id)
+    assert job.status == JobStatus.RUNNING.value and job.log_offset == len(text)
+    assert httpx.get(f"{target.url}/v1/jobs/{job_id}/logs").text == text.replace("\x00", "\ufffd")
+    assert len(httpx.get(f"{target.url}/v1/jobs/{job_id}/metrics").json()) == 1
