@@ -29,22 +29,11 @@ from api.schemas import (
     MetricPoint,
 )
 from api.schemas.events import SUBMISSION_HEADER
-from service import (
-    admission,
-    events_tokens,
-    job_purge,
-    job_records,
-    lifecycle,
-    listing,
-    logs,
-    queue,
-    series,
-    storage,
-    user_code,
-)
+from service import admission, job_purge, job_records, lifecycle, listing, logs, queue, series, storage, user_code
 from service.code_packages import CodeStore
 from service.event_limits import EventLimits
 from service.event_push import PushGate, check_search_batch, chunks
+from service.events_tokens import check_token
 from service.ingest import Ingest
 from service.job_records import to_public
 from service.ray_backend import ClusterUnavailable, RayBackend
@@ -364,7 +353,7 @@ class JobService:
     # ------------------------------------------------------------------ events in
 
     def check_events_token(self, job_id: str, token: str | None) -> bool:
-        return events_tokens.check_token(self.sessions, job_id, token)
+        return check_token(self.sessions, job_id, token)
 
     def check_events_attempt(self, job_id: str, submission_id: str | None) -> None:
         """A post must name the Ray submission id of the job's current attempt."""
