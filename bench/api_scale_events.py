@@ -31,17 +31,19 @@ import httpx
 from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
+from api.schemas.events import SUBMISSION_HEADER
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import CheckpointRow, JobRow, LogChunkRow, MetricRow
-from service.events.ingest import token_hash
+from service.events.tokens import token_hash
 from service.jobs import JobService
 from service.settings import Settings
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
 
 TOKEN = "bench-events-token"
+SID = "raydock-pushed-1-abcdef"
 EVENTS = 2000  # pushed per ingestion row
 BATCH = 200  # events per post, as the driver's pusher sends them
 LOG_MB = 100
@@ -74,7 +76,7 @@ class Bench:
 
     def running_job(self) -> str:
         job, _ = self.service.submit(parse_job_spec(digits_spec()))
-        self._set(job.id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        self._set(job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN))
         return job.id
 
     def _set(self, job_id: str, **values) -> None:
@@ -113,7 +115,7 @@ class Bench:
 
     def push_rate(self, job_id: str, first: int) -> str:
         """Events/s pushed for one job, EVENTS of them from seq ``first`` on."""
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+        headers = {"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID}
         path = f"/v1/internal/jobs/{job_id}/events"
         t = time.perf_counter()
         if self.batched:

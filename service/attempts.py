@@ -4,9 +4,10 @@ An attempt is started in three steps, each safe to repeat after any crash or net
 failure:
 
 1. ``prepare``: the Ray submission id (``raydock-<job>-<attempt>-<nonce>``) is fixed and stored
-   with the hash of a fresh events token, while the job stays QUEUED. The token and the
-   spec go into a launch file under the job's own storage prefix (0600); the driver is
-   given only its URI, so neither sits in Ray's job list nor in the size-limited env.
+   with the hash of a fresh events token, while the job stays QUEUED. The token, the
+   submission id and the spec go into a launch file under the job's own storage prefix
+   (0600); the driver is given only its URI, so neither sits in Ray's job list nor in the
+   size-limited env, and deletes the file once read (``trainers.launch.take_launch``).
 2. ``backend.submit`` with that id; a submit of an id Ray already has is recognised.
 3. ``confirm``: the attempt counts (``attempt``, ``ray_job_id``, STARTING) in one
    compare-and-set. A job cancelled meanwhile is not started: its Ray job is stopped.
@@ -36,7 +37,7 @@ from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
 from service.db.specs import stored_spec
-from service.events.ingest import new_events_token
+from service.events.tokens import new_events_token
 from service.jobs import JobService
 
 log = logging.getLogger("raydock.attempts")
@@ -122,7 +123,7 @@ class Attempts:
         if sid is None:
             sid = submission_id(job_id, attempt)
             token, digest = new_events_token()
-            storage.write_private(uri, json.dumps(self._launch(job_id, attempt, spec_json, token)).encode())
+            storage.write_private(uri, json.dumps(self._launch(job_id, attempt, sid, spec_json, token)).encode())
             with self.sessions.begin() as s:
                 fixed = s.execute(
                     update(JobRow)
@@ -173,10 +174,11 @@ class Attempts:
                 lifecycle.fail(s, job, cause, error, reason=reason)
                 job.submission_id = None
 
-    def _launch(self, job_id: str, attempt: int, spec: dict, token: str) -> dict:
+    def _launch(self, job_id: str, attempt: int, sid: str, spec: dict, token: str) -> dict:
         return {
             "job_id": job_id,
             "attempt": attempt,
+            "submission_id": sid,  # every push names it: the token is good for this attempt only
             "storage_path": self.settings.resolved_storage_path,
             "spec": spec,
             "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",

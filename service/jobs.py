@@ -29,6 +29,7 @@ from api.schemas import (
     MetricPoint,
     code_spec,
 )
+from api.schemas.events import SUBMISSION_HEADER
 from service import admission, lifecycle, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
@@ -40,6 +41,7 @@ from service.events import logs, series
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
+from service.events.tokens import check_token
 from service.files import archive
 from service.settings import Settings
 
@@ -228,7 +230,7 @@ class JobService:
                 id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
             )
             for r in rows
-            if storage.within(r.path, prefix) and storage.exists(r.path)
+            if storage.owned(r.path, prefix) and storage.exists(r.path)
         ]
 
     def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
@@ -236,7 +238,7 @@ class JobService:
             self._job(s, job_id)
             row = s.get(CheckpointRow, checkpoint_id)
         prefix = self.prefix(job_id)
-        if row is None or row.job_id != job_id or not storage.within(row.path, prefix):
+        if row is None or row.job_id != job_id or not storage.owned(row.path, prefix):
             raise NotFound(
                 f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints."
             )
@@ -365,15 +367,27 @@ class JobService:
     # ------------------------------------------------------------------ events in
 
     def check_events_token(self, job_id: str, token: str | None) -> bool:
-        return self.events.check_token(job_id, token)
+        return check_token(self.sessions, job_id, token)
 
-    def ingest(self, job_id: str, events: list[Any], *, push: bool = False) -> None:
-        """Events of a job; a post (``push``) is admitted one at a time per job and
-        stored a bounded number of events per transaction (``service/events/push.py``)."""
+    def check_events_attempt(self, job_id: str, submission_id: str | None) -> None:
+        """A post must name the Ray submission id of the job's current attempt."""
+        with self.sessions() as s:
+            row = s.execute(select(JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id == job_id)).first()
+        if not submission_id or row is None or submission_id not in (row.ray_job_id, row.submission_id):
+            raise Conflict(
+                f"This post names {'no' if not submission_id else 'another'} attempt of job {job_id}; events are "
+                f"taken only from its current attempt, named by the {SUBMISSION_HEADER} header (its Ray submission id).",
+                code="not_current_attempt",
+            )
+
+    def ingest(self, job_id: str, events: list[Any], *, push: bool = False, submission_id: str | None = None) -> None:
+        """Events of a job; a post (``push``, of the attempt ``submission_id``) is admitted
+        one at a time per job and stored a bounded number of events per transaction
+        (``service/events/push.py``)."""
         if not push:
             self.events.take(job_id, events)
             return
         check_search_batch(events, self.settings.max_search_events_per_push)
         with self.pushes.admit(job_id):
             for part in chunks(events, self.settings.events_per_transaction):
-                self.events.take(job_id, part, push=True)
+                self.events.take(job_id, part, push=True, attempt_of=submission_id)

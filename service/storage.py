@@ -1,7 +1,8 @@
 """Checkpoint storage: a local directory or any pyarrow filesystem URI (s3://, gs://).
 
 Every job owns one prefix, ``<storage>/<job id>``; what it reports (checkpoint paths,
-results) is accepted only inside it (``within``), and read back only from inside it.
+results) is accepted only inside it and outside its ``_raydock`` folder (``owned``), and
+read back only from there.
 """
 
 from __future__ import annotations
@@ -74,6 +75,16 @@ def within(path: str, prefix: str) -> bool:
 
 def _plain_url(uri: str) -> bool:
     return "?" not in uri and "#" not in uri  # pyarrow would drop a query or fragment unseen
+
+
+def owned(path: str, prefix: str, *, whole: bool = False) -> bool:
+    """Whether ``path`` names something the job wrote under its ``prefix``: inside it
+    (``within``), not the prefix itself (unless ``whole``: a run's result names it), and
+    not in the server's ``_raydock`` folder there (each attempt's launch file, with its
+    events token)."""
+    if not within(path, prefix) or within(path, join(prefix, LAUNCH_DIR)):
+        return False
+    return whole or not within(prefix, path)
 
 
 def exists(uri: str) -> bool:

@@ -14,14 +14,16 @@ from pathlib import Path
 import httpx
 from sqlalchemy import insert
 
+from api.schemas.events import SUBMISSION_HEADER
 from service.db.models import JobRow, MetricRow, TrialMetricRow, TrialRow
-from service.events.ingest import token_hash
+from service.events.tokens import token_hash
 from service.jobs import JobService
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
 
 TOKEN = "the-attackers-events-token"
+SID = "raydock-attacked-1-abcdef"  # the Ray submission id of the attacked attempt (Ray's job list shows it)
 SEARCH = {
     "kind": "tune",
     "name": "search-under-attack",
@@ -47,14 +49,18 @@ class Target:
     def running_job(self, **spec) -> str:
         """A job RUNNING on attempt 1 whose events token the attacker has."""
         job_id = submit(self.service, **spec)
-        set_columns(self.service, job_id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        set_columns(
+            self.service, job_id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
+        )
         return job_id
 
     def running_search(self) -> str:
         from api.schemas import parse_job_spec
 
         job, _ = self.service.submit(parse_job_spec(SEARCH))
-        set_columns(self.service, job.id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+        set_columns(
+            self.service, job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
+        )
         return job.id
 
     def push(self, job_id: str, body, client: httpx.Client | None = None) -> httpx.Response:
@@ -62,7 +68,7 @@ class Target:
         return post(
             f"{self.url}/v1/internal/jobs/{job_id}/events",
             json=body,
-            headers={"Authorization": f"Bearer {TOKEN}"},
+            headers={"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID},
             timeout=60,
         )
 
@@ -269,3 +275,34 @@ def submit_latencies_while(target: Target, work, min_submits: int = 5) -> tuple[
             assert r.status_code == 202, r.text
     worker.join()
     return latencies, result.get("value")
+
+
+def exploit_chain(depth: int) -> list[dict]:
+    """Trial t0 cloned t1, which had cloned t2 before, ... down to t<depth>: one clone per
+    step back, the earliest decision first."""
+    return [
+        {
+            "type": "exploit",
+            "seq": depth - i,
+            "trial_id": f"t{i}",
+            "donor_trial_id": f"t{i + 1}",
+            "donor_time": depth - i,
+            "old_config": {"optimizer.lr": 0.01},
+            "new_config": {"optimizer.lr": 0.01 + (depth - i) * 1e-6},
+        }
+        for i in range(depth)
+    ][::-1]
+
+
+def replay_of_a_lineage(target: Target, job_id: str, depth: int) -> httpx.Response:
+    """Push a ``depth``-clone lineage for a running search, end it with t0 the best, and
+    ask for its replay."""
+    first = {"type": "trial", "seq": 0, "trial_id": f"t{depth}", "status": "RUNNING", "config": {"optimizer.lr": 0.01}}
+    events = [first, *exploit_chain(depth)]
+    for i in range(0, len(events), 200):
+        r = target.push(job_id, events[i : i + 200])
+        assert r.status_code == 204, r.text
+    best = {"type": "best_trial", "seq": 0, "trial_id": "t0", "value": 0.9, "config": {"optimizer.lr": 0.013}}
+    assert target.push(job_id, best).status_code == 204
+    set_columns(target.service, job_id, status="SUCCEEDED")
+    return httpx.get(f"{target.url}/v1/jobs/{job_id}/best/replay", timeout=120)

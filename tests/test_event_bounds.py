@@ -195,7 +195,7 @@ def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
     server takes one post at a time, so the others are sent again after Retry-After."""
     job_id = target.running_search()
     url = f"{target.url}/v1/internal/jobs/{job_id}/events"
-    pushers = [_Pusher(url, attacks.TOKEN) for _ in range(4)]
+    pushers = [_Pusher(url, attacks.TOKEN, attacks.SID) for _ in range(4)]
     for k, pusher in enumerate(pushers):
         for e in attacks.trial_reports(k * 600, 600):
             pusher.q.put(json.dumps(e).encode())

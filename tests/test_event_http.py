@@ -12,14 +12,16 @@ import httpx
 import pytest
 
 from api.client import Client
+from api.schemas.events import SUBMISSION_HEADER
 from service.db.models import CheckpointRow
 from service.events import series
-from service.events.ingest import token_hash
+from service.events.tokens import token_hash
 from service.http.routes.events import MAX_BATCH
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
 
 TOKEN = "events-token-of-the-test"
+SID = "raydock-pushed-1-abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +36,16 @@ def deadray_server(tmp_path_factory):
 def running(deadray_server):
     server, service = deadray_server
     job_id = submit(service)
-    set_columns(service, job_id, status="RUNNING", attempt=1, events_token_hash=token_hash(TOKEN))
+    set_columns(service, job_id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN))
     with Client(server.url) as client:
         yield server, service, client, job_id
 
 
 def push(server, job_id: str, body) -> httpx.Response:
     return httpx.post(
-        f"{server.url}/v1/internal/jobs/{job_id}/events", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        f"{server.url}/v1/internal/jobs/{job_id}/events",
+        json=body,
+        headers={"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID},
     )
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 
 from api.schemas import MetricEvent, parse_event
+from api.schemas.events import SUBMISSION_HEADER
 from trainers.events import sendable_metrics
 
 EMIT = """
@@ -68,3 +69,58 @@ def test_values_the_server_would_refuse_are_left_out_not_the_report():
     )
     assert kept == {"loss": 0.25, "step": 3, "note": "ok", "inf": "inf"}
     assert MetricEvent(type="metric", seq=0, metrics=kept).metrics == kept  # valid as the contract has it
+
+
+DRIVER = """
+import pickle, sys
+from trainers.callbacks import ReportEvents
+from trainers.launch import take_launch
+take_launch()
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(ReportEvents(), f)  # as Ray hands the callbacks to the Train controller
+"""
+CONTROLLER = """
+import pickle, sys
+from trainers import events
+with open(sys.argv[1], "rb") as f:
+    callback = pickle.load(f)
+callback.after_report(None, [{"loss": 0.25}], None)
+events.flush()
+"""
+
+
+def test_the_controller_pushes_with_the_channel_the_driver_handed_it(tmp_path):
+    """The driver deletes the launch file; the controller, started after, still posts with
+    the attempt's token and names the attempt's submission id."""
+    received: list[tuple[str, str, list]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.headers.get("Authorization"), self.headers.get(SUBMISSION_HEADER), json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    launch = tmp_path / "_raydock" / "launch-1.json"
+    launch.parent.mkdir()
+    url = f"http://127.0.0.1:{server.server_port}/events"
+    launch.write_text(json.dumps({"job_id": "j1", "events_url": url, "events_token": "tok", "submission_id": "sid-1"}))
+    env = {**os.environ, "RAYDOCK_LAUNCH_URI": str(launch)}
+    callbacks = tmp_path / "callbacks.pickle"
+    try:
+        for code in (DRIVER, CONTROLLER):
+            run = subprocess.run(
+                [sys.executable, "-c", code, str(callbacks)], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert run.returncode == 0, run.stderr
+            assert not launch.exists()
+    finally:
+        server.shutdown()
+    assert [(auth, sid, [e["type"] for e in body]) for auth, sid, body in received] == [
+        ("Bearer tok", "sid-1", ["metric"])
+    ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import stat
 import threading
 from pathlib import Path
 
@@ -58,23 +57,31 @@ def test_poison_events_are_dropped_and_counted_and_the_server_goes_on(client: Cl
     good.wait(timeout=180)
     assert good.status.value == "SUCCEEDED", good.info.error
     assert good.info.dropped_events == 0
+    # Its driver and its Train controller pushed with the attempt's token and submission id.
+    log = (Path(server.data_dir) / "server.log").read_text(errors="replace").splitlines()
+    pushes = [line for line in log if f"/v1/internal/jobs/{good.id}/events" in line]
+    assert pushes and all(" 204" in line or " 429" in line for line in pushes), pushes[:5]
 
     bad.cancel()
     wait_for(lambda: bad.refresh().status.value == "CANCELLED", 90, "poisoned job cancelled")
     assert bad.info.failure_cause is None
 
-    # The token reached the driver in a 0600 file under the job's own prefix, not in Ray's job list.
-    launch = Path(server.data_dir) / "storage" / bad.id / "_raydock" / "launch-1.json"
-    assert stat.S_IMODE(launch.stat().st_mode) == 0o600
-    token = json.loads(launch.read_text())["events_token"]
+    # The token reached the driver in a file under the job's own prefix, not in Ray's job
+    # list, and the driver deleted it once read: another job on the cluster finds nothing there.
+    launch_dir = Path(server.data_dir) / "storage" / bad.id / "_raydock"
+    assert launch_dir.is_dir() and not (launch_dir / "launch-1.json").exists()
     (ray_job,) = ray_jobs_of(ray_head.dashboard_url, bad.id)
-    assert token not in json.dumps(ray_job.runtime_env or {})
-    # An ended job takes no more events, even with its own token.
+    assert "events_token" not in json.dumps(ray_job.runtime_env or {})
+    assert ray_job.submission_id.startswith(f"raydock-{bad.id}-1-")
+    # An ended job takes no more events.
     before = len(bad.metrics())
     late = {"type": "metric", "seq": before, "metrics": {"step": 99}}
-    httpx.post(
-        f"{server.url}/v1/internal/jobs/{bad.id}/events", json=late, headers={"Authorization": f"Bearer {token}"}
+    r = httpx.post(
+        f"{server.url}/v1/internal/jobs/{bad.id}/events",
+        json=late,
+        headers={"Authorization": "Bearer guessed", "Raydock-Submission-Id": ray_job.submission_id},
     )
+    assert r.status_code == 401
     assert len(bad.metrics()) == before
 
 

@@ -142,3 +142,24 @@ def test_replay_over_rest_refuses_what_is_not_a_finished_search(server):
     assert "base.schedule: a search sets the optimizer values" in r.json()["error"]["message"]
     assert "remove base.schedule" in r.json()["error"]["message"]
     assert http.get("/v1/jobs").json()["total"] == before
+
+
+def test_a_lineage_deeper_than_the_cap_is_409_with_a_code():
+    from service.events.replay import MAX_LINEAGE
+
+    chain = [
+        exploit(n - i, f"t{i}", f"t{i + 1}", n - i, old=0.1, new=0.01) for n in [MAX_LINEAGE + 1] for i in range(n)
+    ]
+    with pytest.raises(Conflict) as excinfo:
+        segments("t0", chain, {})
+    assert excinfo.value.code == "lineage_too_deep" and str(MAX_LINEAGE) in excinfo.value.message
+    # At the cap it is walked, without recursion.
+    assert len(segments("t1", chain, {})) == MAX_LINEAGE + 1
+
+
+def test_a_lineage_that_makes_no_valid_schedule_is_409_not_500():
+    # No values known before the first clone: the schedule would not start at 0.
+    chain = [exploit(1, "B", "A", 3, old=0.1, new=0.01)]
+    with pytest.raises(Conflict) as excinfo:
+        replay_spec(search(), "B", chain, {})
+    assert excinfo.value.code == "not_replayable" and "at 0" in excinfo.value.message

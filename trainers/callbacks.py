@@ -7,6 +7,8 @@
   time reaches the job's record.
 
 Both run in the controller process, numbered per kind so the server stores each once.
+They are made in the driver and carry its events channel there (the launch file is
+deleted once the driver has read it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ray.train import UserCallback
 
 from api.schemas import CheckpointEvent, MetricEvent, WorkerFailureEvent, WorkerGroupEvent, WorkerNode
 from trainers import events
+from trainers.launch import read_launch
 from trainers.ray_compat import WorkerGroupCallback
 
 
@@ -26,18 +29,19 @@ class ReportEvents(UserCallback):
     def __init__(self) -> None:
         self.seq = 0
         self.failures = 0
+        self.channel = read_launch().channel  # made in the driver, which deleted the launch file
 
     def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
         m = events.sendable_metrics(metrics[0] if metrics else {})
-        events.emit(MetricEvent(type="metric", seq=self.seq, metrics=m))
+        events.emit(MetricEvent(type="metric", seq=self.seq, metrics=m), self.channel)
         if checkpoint is not None:
-            events.emit(CheckpointEvent(type="checkpoint", seq=self.seq, path=checkpoint.path, metrics=m))
+            events.emit(CheckpointEvent(type="checkpoint", seq=self.seq, path=checkpoint.path, metrics=m), self.channel)
         self.seq += 1
 
     def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:
         rank, exc = next(iter(sorted(worker_exceptions.items())), (None, None))
         reason = f"worker rank {rank}: {type(exc).__name__}: {exc}".splitlines()[0][:500]
-        events.emit(WorkerFailureEvent(type="worker_failure", seq=self.failures, reason=reason))
+        events.emit(WorkerFailureEvent(type="worker_failure", seq=self.failures, reason=reason), self.channel)
         self.failures += 1
 
 
@@ -53,9 +57,12 @@ if WorkerGroupCallback is not None:
 
         def __init__(self) -> None:
             self.seq = 0
+            self.channel = read_launch().channel
 
         def after_worker_group_start(self, worker_group) -> None:
             metas = [worker.metadata for worker in worker_group.get_workers()]
             nodes = [WorkerNode(ip=meta.node_ip, node_id=meta.node_id) for meta in metas]
-            events.emit(WorkerGroupEvent(type="worker_group", seq=self.seq, world_size=len(nodes), nodes=nodes))
+            events.emit(
+                WorkerGroupEvent(type="worker_group", seq=self.seq, world_size=len(nodes), nodes=nodes), self.channel
+            )
             self.seq += 1

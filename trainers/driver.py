@@ -18,12 +18,12 @@ from api.schemas import ResultEvent, StartedEvent, TrainSpec
 from trainers import events
 from trainers.callbacks import run_callbacks
 from trainers.failures import classify, report_failure
-from trainers.launch import read_launch
+from trainers.launch import take_launch
 from trainers.trainer import build_trainer
 
 
 def main() -> int:
-    launch = read_launch()
+    launch = take_launch()
     spec = TrainSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))
     try:

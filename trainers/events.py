@@ -25,7 +25,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.schemas import Event, MetricEvent, event_line, jsonable
-from trainers.launch import read_launch
+from api.schemas.events import SUBMISSION_HEADER
+from trainers.launch import EventsChannel, read_launch
 
 
 def sendable_metrics(values: dict[str, Any]) -> dict[str, Any]:
@@ -69,8 +70,8 @@ class _Pusher:
     MAX_BATCH_BYTES = 256 * 1024  # well under the server's request cap
     MAX_BUSY_WAIT_S = 60.0  # how long one post is retried while the server says 429
 
-    def __init__(self, url: str, token: str | None):
-        self.url, self.token = url, token
+    def __init__(self, url: str, token: str | None, submission_id: str | None = None):
+        self.url, self.token, self.submission_id = url, token, submission_id
         self.q: queue.Queue[bytes | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, daemon=True, name="raydock-events")
         self.thread.start()
@@ -108,6 +109,8 @@ class _Pusher:
             req.add_header("Content-Type", "application/json")
             if self.token:
                 req.add_header("Authorization", f"Bearer {self.token}")
+            if self.submission_id:
+                req.add_header(SUBMISSION_HEADER, self.submission_id)
             try:
                 urllib.request.urlopen(req, timeout=5).read()
                 return
@@ -137,18 +140,20 @@ _pusher: _Pusher | None = None
 _pusher_lock = threading.Lock()
 
 
-def emit(event: Event) -> None:
-    """Write one event to stdout (the durable log) and push it if the launch asks."""
+def emit(event: Event, channel: EventsChannel | None = None) -> None:
+    """Write one event to stdout (the durable log) and push it if the launch asks. A
+    process other than the driver (the Train controller) names the ``channel`` the
+    driver handed it: the launch file is gone by then."""
     global _pusher
     if not event.ts:
         event = event.model_copy(update={"ts": time.time()})
     line = event_line(event)
     print(line, file=sys.stdout, flush=True)
-    launch = read_launch()
-    if launch.events_url:
+    channel = channel or read_launch().channel
+    if channel.url:
         with _pusher_lock:
             if _pusher is None:
-                _pusher = _Pusher(launch.events_url, launch.events_token)
+                _pusher = _Pusher(channel.url, channel.token, channel.submission_id)
         _pusher.q.put(line[line.index("{") :].encode())  # the JSON after the marker
 
 

@@ -6,14 +6,18 @@ and gives the job only its URI, ``RAYDOCK_LAUNCH_URI``: the environment is size-
 (a big spec would break the driver's start) and Ray's job list shows every job's
 ``runtime_env`` env_vars to every other job, so no token may travel there.
 
-Read in one place (``read_launch``) by both Ray job drivers and by the events transport
-in every process of the job (the Train controller sends events too). Without a launch
-URI (a driver run by hand) the job's facts are read from ``RAYDOCK_JOB_ID``, ``RAYDOCK_JOB_SPEC``,
+Every job on a Ray cluster runs as the same OS user and can read the same storage, so
+the file is no secret from other jobs: the driver deletes it as soon as it has read it
+(``take_launch``), and hands the events channel (URL, token, submission id) to the other
+processes that send events (the Train controller) inside its callbacks, not through the
+file. The token is good only for this attempt's Ray submission id, which every push names.
+Without a launch URI (a driver run by hand) the job's facts are read from ``RAYDOCK_JOB_ID``, ``RAYDOCK_JOB_SPEC``,
 ``RAYDOCK_STORAGE_PATH``, ``RAYDOCK_EVENTS_URL`` and ``RAYDOCK_EVENTS_TOKEN`` instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -37,6 +41,32 @@ class Launch:
     events_url: str | None  # None: events go to the log only
     events_token: str | None
     attempt: int | None = None
+    submission_id: str | None = None  # the Ray submission id of this attempt, named by every push
+
+    @property
+    def channel(self) -> EventsChannel:
+        return EventsChannel(self.events_url, self.events_token, self.submission_id)
+
+
+@dataclass(frozen=True)
+class EventsChannel:
+    """Where a process of the job posts its events, and what each post names."""
+
+    url: str | None
+    token: str | None
+    submission_id: str | None
+
+
+def _delete_uri(uri: str) -> None:
+    if "://" not in uri or uri.startswith("file://"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(uri.removeprefix("file://"))
+        return
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    with contextlib.suppress(FileNotFoundError, OSError):
+        fs.delete_file(path)
 
 
 def _read_uri(uri: str) -> bytes:
@@ -62,6 +92,7 @@ def read_launch() -> Launch:
             events_url=data.get("events_url") or None,
             events_token=data.get("events_token") or None,
             attempt=data.get("attempt"),
+            submission_id=data.get("submission_id") or None,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(
@@ -71,3 +102,12 @@ def read_launch() -> Launch:
         events_url=os.environ.get(EVENTS_URL_ENV) or None,
         events_token=os.environ.get(EVENTS_TOKEN_ENV) or None,
     )
+
+
+def take_launch() -> Launch:
+    """The launch, read by the job's driver, which then deletes the launch file: the
+    token in it is readable by every job of the cluster for as long as the file exists."""
+    launch = read_launch()
+    if uri := os.environ.get(LAUNCH_URI_ENV):
+        _delete_uri(uri)
+    return launch

@@ -19,13 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstra
 MARKER = "RAYDOCK_EVENT "
 # The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
 LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+
+# The header of every events post naming the Ray submission id of the attempt that sends it.
+SUBMISSION_HEADER = "Raydock-Submission-Id"
 MAX_SEQ = 2**53  # JSON numbers stay exact below this
 MAX_METRICS = 512
 MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are sent
 
 Seq = Annotated[int, Field(ge=0, lt=MAX_SEQ)]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+MAX_TRIAL_ID = 64  # the store's trial id columns hold this many characters
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TRIAL_ID)]
 Path = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]

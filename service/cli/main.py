@@ -17,9 +17,9 @@ from rich.table import Table
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
-from service.cli import results
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
 from service.cli.gc import gc
+from service.cli.results import checkpoints, trials
 from service.code.upload_view import UploadView, describe
 
 
@@ -288,8 +288,8 @@ def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
         console.print(f"{job.id} {job.status.value} ({job.info.status_reason})")
 
 
-app.command()(results.checkpoints)
-app.command()(results.trials)
+app.command()(checkpoints)
+app.command()(trials)
 app.command()(gc)
 
 

@@ -161,7 +161,7 @@ class EventKey:
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
-    src_seq: Mapped[int] = mapped_column(Integer)  # the sequence number the job gave it
+    src_seq: Mapped[int] = mapped_column(BigInteger)  # the sequence number the job gave it (below 2**53)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple:
@@ -179,8 +179,8 @@ class MetricRow(EventKey, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     seq: Mapped[int] = mapped_column(Integer)  # gap-free position within the job
     ts: Mapped[float] = mapped_column(Float)
-    step: Mapped[int | None] = mapped_column(Integer)
-    epoch: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    epoch: Mapped[int | None] = mapped_column(BigInteger)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
@@ -217,8 +217,8 @@ class TrialMetricRow(EventKey, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     trial_id: Mapped[str] = mapped_column(String(64), index=True)
     ts: Mapped[float] = mapped_column(Float)
-    epoch: Mapped[int | None] = mapped_column(Integer)
-    step: Mapped[int | None] = mapped_column(Integer)
+    epoch: Mapped[int | None] = mapped_column(BigInteger)
+    step: Mapped[int | None] = mapped_column(BigInteger)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
     config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
@@ -267,8 +267,8 @@ class CheckpointRow(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
-    step: Mapped[int | None] = mapped_column(Integer)
-    epoch: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    epoch: Mapped[int | None] = mapped_column(BigInteger)
     values: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -289,12 +289,12 @@ class TrialRow(Base):
     best_metric: Mapped[float | None] = mapped_column(Float)
     last_time: Mapped[float | None] = mapped_column(Float)  # its latest epoch or step
     best_attempt: Mapped[int | None] = mapped_column(Integer)  # the key of the report that holds best_metric
-    best_seq: Mapped[int | None] = mapped_column(Integer)
+    best_seq: Mapped[int | None] = mapped_column(BigInteger)
     exploits: Mapped[int] = mapped_column(Integer, default=0)
     note: Mapped[str | None] = mapped_column(Text)
     # (attempt, seq) of the status event applied last: older ones arriving late are ignored.
     event_attempt: Mapped[int] = mapped_column(Integer, default=0)
-    event_seq: Mapped[int] = mapped_column(Integer, default=-1)
+    event_seq: Mapped[int] = mapped_column(BigInteger, default=-1)
 
 
 class SearchResultRow(Base):

@@ -6,8 +6,8 @@ Events are data, not trust. Each is validated (``parse_event``); one that does n
 validate, names a path outside the job's own storage prefix, or does not belong to the
 job's kind is dropped and counted on the job (``dropped_events``, ``last_dropped_reason``),
 never raised. Events of a job that is not running (ended, or queued for its next
-attempt) are ignored: a push carries the token of the attempt that sent it, and a new
-attempt gets a new token. Every stored event is keyed by ``(job, attempt, src_seq)``
+attempt) are ignored: a push carries the token of the attempt that sent it and names its
+Ray submission id, and a new attempt gets a new token (``service/events/tokens.py``). Every stored event is keyed by ``(job, attempt, src_seq)``
 and stored once.
 
 Both channels hand over many events at once (a log read, a pushed batch), taken in one
@@ -20,16 +20,15 @@ job's series.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import secrets
 import threading
 from collections import defaultdict
 from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import insert, select
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.schemas import FailureCause, JobStatus, TuneSpec
@@ -77,16 +76,6 @@ KEYED: dict[type, type[EventKey]] = {
     WorkerGroupEvent: WorkerGroupRow,
     ExploitEvent: ExploitRow,
 }
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_events_token() -> tuple[str, str]:
-    """A fresh events token and its hash (the store keeps only the hash)."""
-    token = secrets.token_urlsafe(24)
-    return token, token_hash(token)
 
 
 def parse_log_events(text: str) -> list[Any]:
@@ -174,13 +163,6 @@ class Ingest:
         self.max_log_bytes = max_log_bytes
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
-    def check_token(self, job_id: str, token: str | None) -> bool:
-        if not token:
-            return False
-        with self.sessions() as s:
-            stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
-        return stored is not None and secrets.compare_digest(stored, token_hash(token))
-
     def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:
         """Take the current attempt's log text that starts at character ``at``, up to its
         last full line (all of it when ``final``: the attempt ended). Returns how many
@@ -200,16 +182,33 @@ class Ingest:
         log_text: str | None = None,
         log_at: int | None = None,
         push: bool = False,
+        attempt_of: str | None = None,
     ) -> bool:
         """Store events once each, and optionally log text of the current attempt that
         starts at ``log_at``, in one transaction. Never raises for what an event holds.
+        Pushed events of an attempt (``attempt_of``: its Ray submission id) that is not
+        the job's current one are ignored.
         False when nothing was taken (no such job, or the log text is not the next)."""
         parsed, refused = parse_all(raws)  # before the transaction: it holds the write lock
+        try:
+            return self._take(job_id, parsed, refused, log_text, log_at, push, attempt_of)
+        except DataError:
+            # A value the database refuses that the contract let through: the events are
+            # stored one per transaction, and one the database refuses is dropped.
+            for event in parsed:
+                try:
+                    self._take(job_id, [event], [], None, None, push, attempt_of)
+                except DataError as exc:
+                    why = str(getattr(exc, "orig", exc)).splitlines()[0]
+                    self._take(job_id, [], [Dropped(f"the store refused a {event.type} event: {why}")], None, None)
+            return self._take(job_id, [], refused, log_text, log_at, push, attempt_of)
+
+    def _take(self, job_id, parsed, refused, log_text, log_at, push=False, attempt_of=None) -> bool:
         with self._locks[job_id], self.sessions.begin() as s:
             job = s.get(JobRow, job_id, with_for_update=True)
             if job is None or (log_at is not None and log_at != job.log_offset):
                 return False
-            if job.status in RECEIVING:
+            if job.status in RECEIVING and (attempt_of is None or attempt_of == job.ray_job_id):
                 for exc in refused:
                     self._drop(job, exc)
                 batch = _Batch(s, job, parsed, self.limits)
@@ -233,9 +232,9 @@ class Ingest:
 
     # ------------------------------------------------------------------ one event
 
-    def _own_path(self, job: JobRow, path: str | None) -> str | None:
-        if path is not None and not storage.within(path, storage.job_prefix(self.storage_path, job.id)):
-            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix")
+    def _own_path(self, job: JobRow, path: str | None, whole: bool = False) -> str | None:
+        if path is not None and not storage.owned(path, storage.job_prefix(self.storage_path, job.id), whole=whole):
+            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix (or in its {storage.LAUNCH_DIR}/)")
         return path
 
     def _apply(self, s: Session, job: JobRow, event: Any, push: bool, batch: _Batch) -> None:
@@ -268,7 +267,7 @@ class Ingest:
                 # Recorded now; the status follows when Ray reports the driver's exit.
                 lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
             case ResultEvent():
-                self._own_path(job, event.path)
+                self._own_path(job, event.path, whole=True)  # a run's directory is the job's prefix
                 if event.metrics and not job.latest_metrics:
                     job.latest_metrics = event.metrics
             case WorkerGroupEvent():

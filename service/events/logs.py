@@ -41,6 +41,8 @@ def append(s: Session, job: JobRow, text: str, cap: int) -> None:
     hold. Runs in the caller's transaction (with the events and the offset the text brings)."""
     if not text:
         return
+    # PostgreSQL text holds no NUL character: one character for another, so offsets hold.
+    text = text.replace("\x00", "\ufffd")
     last = s.scalar(
         select(LogChunkRow)
         .where(LogChunkRow.job_id == job.id, LogChunkRow.end_offset == job.log_end)

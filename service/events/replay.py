@@ -10,12 +10,16 @@ from the best trial; ``replay_spec`` turns it into a ``kind: train`` spec whose
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from api.errors import Conflict
 from api.schemas import TrainSpec, TuneSpec, apply_values
-from api.schemas.schedule import SCHEDULABLE, HyperparameterSchedule
+from api.schemas.schedule import MAX_INTERVALS, SCHEDULABLE, HyperparameterSchedule
 
 
 @dataclass(frozen=True)
@@ -28,19 +32,47 @@ class Exploit:
     new_config: dict[str, Any]
 
 
+MAX_LINEAGE = MAX_INTERVALS  # clones walked back from one trial: a schedule holds no more intervals
+
+
 def segments(
     trial_id: str, exploits: list[Exploit], configs: dict[str, dict], before: tuple[int, int] | None = None
 ) -> list[tuple[int, dict]]:
     """``(from_time, values)`` of the weights ``trial_id`` held just before decision
-    ``before`` (None: at the end), in increasing time."""
-    own = [e for e in exploits if e.trial_id == trial_id and (before is None or e.key < before)]
-    if not own:
-        first = next((e for e in exploits if e.trial_id == trial_id), None)
-        return [(0, dict(first.old_config if first else configs.get(trial_id, {})))]
-    last = max(own, key=lambda e: e.key)
-    at = int(last.donor_time)
-    head = [s for s in segments(last.donor_trial_id, exploits, configs, last.key) if s[0] < at]
-    return [*head, (at, dict(last.new_config))]
+    ``before`` (None: at the end), in increasing time.
+
+    Walked back clone by clone, without recursion: each step is the trial's last clone
+    before the decision, and what its donor held before that clone counts only up to the
+    clone's time (and every later clone's time). A lineage of more than ``MAX_LINEAGE``
+    clones is refused (409 ``lineage_too_deep``)."""
+    by_trial: dict[str, list[Exploit]] = {}
+    for e in exploits:
+        by_trial.setdefault(e.trial_id, []).append(e)
+    firsts = {t: own[0] for t, own in by_trial.items()}  # the trial's values before its first clone
+    for own in by_trial.values():
+        own.sort(key=lambda e: e.key)
+    keys = {t: [e.key for e in own] for t, own in by_trial.items()}
+    backwards: list[tuple[int, dict]] = []
+    until = math.inf  # a segment counts only if it starts before every later clone's time
+    for _ in range(MAX_LINEAGE + 1):
+        own = by_trial.get(trial_id, [])
+        n = len(own) if before is None else bisect.bisect_left(keys.get(trial_id, []), before)
+        if n == 0:
+            first = firsts.get(trial_id)
+            if 0 < until:
+                backwards.append((0, dict(first.old_config if first else configs.get(trial_id, {}))))
+            return backwards[::-1]
+        last = own[n - 1]
+        at = int(last.donor_time)
+        if at < until:
+            backwards.append((at, dict(last.new_config)))
+        until = min(until, at)
+        trial_id, before = last.donor_trial_id, last.key
+    raise Conflict(
+        f"This trial's weights go back through more than {MAX_LINEAGE} clones; a replay schedules at most "
+        f"{MAX_INTERVALS} intervals. Read its lineage (GET /v1/jobs/{{id}}/lineage) instead.",
+        code="lineage_too_deep",
+    )
 
 
 def replay_spec(search: TuneSpec, best_trial: str, exploits: list[Exploit], configs: dict[str, dict]) -> TrainSpec:
@@ -68,8 +100,16 @@ def replay_spec(search: TuneSpec, best_trial: str, exploits: list[Exploit], conf
         scheduled = {p: float(v) for p, v in values.items() if p in SCHEDULABLE}
         if scheduled and (not intervals or intervals[-1]["values"] != scheduled):
             intervals.append({"at": at, "values": scheduled})
-    spec = apply_values(search.base.model_dump(mode="json"), parts[0][1])
-    spec.update(name=f"{search.name}-replay"[:128], epochs=search.budget.epochs, max_steps=search.budget.steps)
-    if intervals:
-        spec["schedule"] = HyperparameterSchedule(unit=search.unit, intervals=intervals).model_dump(mode="json")
-    return TrainSpec.model_validate(spec)
+    try:
+        spec = apply_values(search.base.model_dump(mode="json"), parts[0][1])
+        spec.update(name=f"{search.name}-replay"[:128], epochs=search.budget.epochs, max_steps=search.budget.steps)
+        if intervals:
+            spec["schedule"] = HyperparameterSchedule(unit=search.unit, intervals=intervals).model_dump(mode="json")
+        return TrainSpec.model_validate(spec)
+    except (ValidationError, ValueError) as exc:  # what the search's events stored, not what the caller sent
+        first = exc.errors(include_url=False)[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise Conflict(
+            f"The lineage this search stored does not make a training spec ({first[:300]}). "
+            "Read it at GET /v1/jobs/{id}/lineage instead.",
+            code="not_replayable",
+        ) from None

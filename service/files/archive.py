@@ -72,7 +72,7 @@ def checkpoint_tar(uri: str, prefix: str) -> Iterator[bytes]:
     """The tar.gz of the checkpoint directory ``uri`` (inside the job's ``prefix``), with
     paths relative to it. Raises ``PermissionError`` or another ``OSError`` at once when
     the directory is not one inside the prefix; what turns bad while packing is left out."""
-    if not storage.within(uri, prefix):
+    if not storage.owned(uri, prefix):  # inside the prefix, not it, not its _raydock folder
         raise PermissionError(f"{uri} is outside {prefix}")
     members = _local_members(uri, prefix) if storage.is_local(uri) else _remote_members(uri)
     return _stream(members)

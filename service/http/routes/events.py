@@ -1,7 +1,9 @@
 """The channel running jobs push their events on: authorised per job by its events
 token, not by the API token, and left out of the OpenAPI document (it is not for users).
 A post carries one event or a batch of them (admitted one at a time per job and stored in
-short transactions: service/events/push.py). What an event may
+short transactions: service/events/push.py). A post names the Ray submission id of its
+attempt (``Raydock-Submission-Id``): one of an attempt that is not the job's current one
+is refused (409 ``not_current_attempt``), so a token is good for its attempt only. What an event may
 change is decided by the job service's ingestion, never here."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from fastapi import APIRouter, Body, Header, Response
 from pydantic import Field
 
 from api.errors import Unauthorized
+from api.schemas.events import SUBMISSION_HEADER
 from service.http.deps import JobId, Jobs, bearer_token
 
 router = APIRouter()
@@ -22,9 +25,14 @@ Events = dict[str, Any] | Annotated[list[dict[str, Any]], Field(max_length=MAX_B
 
 @router.post("/jobs/{job_id}/events", status_code=204, include_in_schema=False)
 def push_events(
-    jobs: Jobs, job_id: JobId, events: Annotated[Events, Body()], authorization: Annotated[str | None, Header()] = None
+    jobs: Jobs,
+    job_id: JobId,
+    events: Annotated[Events, Body()],
+    authorization: Annotated[str | None, Header()] = None,
+    submission_id: Annotated[str | None, Header(alias=SUBMISSION_HEADER, max_length=200)] = None,
 ) -> Response:
     if not jobs.check_events_token(job_id, bearer_token(authorization)):
         raise Unauthorized("unknown job or wrong events token")
-    jobs.ingest(job_id, events if isinstance(events, list) else [events], push=True)
+    jobs.check_events_attempt(job_id, submission_id)
+    jobs.ingest(job_id, events if isinstance(events, list) else [events], push=True, submission_id=submission_id)
     return Response(status_code=204)
