@@ -49,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hosts=allowed_hosts(settings),
         max_body_bytes=settings.max_request_bytes,
         own_limit_prefixes=("/v1/code/",),
+        token=settings.api_token,
+        open_docs=settings.open_docs,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)

@@ -1,0 +1,85 @@
+"""Attacks on the HTTP server by anyone who reaches its port: half-sent requests held
+open (slowloris), which once took every file descriptor so that the server answered
+nothing, /healthz included."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests import http_attacks
+
+
+def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
+    # 1024 descriptors: the common default, and fewer than the attacker's connections.
+    server = http_attacks.start_server(tmp_path, nofile=1024)
+    try:
+        f = http_attacks.slowloris(server, connections=1100)
+        print(f"\n/healthz under {f.connections} half-sent requests: {f.healthz_s:.2f} s; server fds: {f.server_fds}")
+        assert f.healthz_s < 3.0
+        assert f.server_fds < 1024
+        assert http_attacks.healthz_s(server, 5.0) < 3.0  # and after the attackers have gone
+    finally:
+        server.stop()
+
+
+def test_a_request_head_that_never_ends_is_answered_408_and_closed(tmp_path):
+    server = http_attacks.start_server(tmp_path, RAYDOCK_HEADER_TIMEOUT_S="1")
+    try:
+        took, answer = http_attacks.head_timeout(server, wait=8.0)
+        print(f"\nhalf-sent head closed after {took:.2f} s: {answer[:40]!r}")
+        assert took < 4.0
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert b'"request_timeout"' in answer
+    finally:
+        server.stop()
+
+
+def test_without_a_token_a_peer_off_loopback_is_refused_whatever_the_configured_host(tmp_path):
+    address = http_attacks.own_address()
+    if address is None:
+        pytest.skip("this machine has no address besides loopback")
+    server = http_attacks.start_on_every_interface(tmp_path)  # settings: 127.0.0.1, no token; socket: 0.0.0.0
+    try:
+        # The Host header names loopback, as a DNS-rebinding page or a hand-made request would.
+        r = httpx.get(f"http://{address}:{server.port}/v1/jobs", headers={"Host": "127.0.0.1"}, timeout=10)
+        assert r.status_code == 403, r.text
+        assert r.json()["error"]["code"] == "peer_not_allowed"
+        assert "RAYDOCK_API_TOKEN" in r.json()["error"]["message"]
+        assert httpx.get(f"{server.url}/v1/jobs", timeout=10).status_code == 200  # loopback still served
+    finally:
+        server.stop()
+
+
+def test_the_api_document_needs_the_token(tmp_path):
+    server = http_attacks.start_server(tmp_path, RAYDOCK_API_TOKEN="s3cret")
+    try:
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            r = httpx.get(server.url + path, timeout=10)
+            assert r.status_code == 401, (path, r.status_code)
+            assert r.json()["error"]["code"] == "unauthorized"
+        r = httpx.get(server.url + "/openapi.json", headers={"Authorization": "Bearer s3cret"}, timeout=10)
+        assert r.status_code == 200 and "/v1/jobs" in r.json()["paths"]
+        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_open_docs_serves_the_api_document_without_the_token(tmp_path):
+    server = http_attacks.start_server(tmp_path, RAYDOCK_API_TOKEN="s3cret", RAYDOCK_OPEN_DOCS="true")
+    try:
+        assert httpx.get(server.url + "/openapi.json", timeout=10).status_code == 200
+        assert httpx.get(server.url + "/v1/jobs", timeout=10).status_code == 401
+    finally:
+        server.stop()
+
+
+def test_a_request_without_the_token_is_refused_before_its_body_is_read(tmp_path):
+    server = http_attacks.start_server(tmp_path, RAYDOCK_API_TOKEN="s3cret")
+    try:
+        took, answer = http_attacks.unauthenticated_post_answer(server, wait=5.0)
+        print(f"\nPOST without the token, body never sent: answered after {took:.2f} s")
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:100]
+        assert took < 2.0
+    finally:
+        server.stop()
