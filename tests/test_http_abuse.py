@@ -8,6 +8,8 @@ import httpx
 import pytest
 
 from tests import http_attacks
+from tests.attacks import SEARCH
+from tests.conftest import digits_spec
 
 
 def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
@@ -81,5 +83,35 @@ def test_a_request_without_the_token_is_refused_before_its_body_is_read(tmp_path
         print(f"\nPOST without the token, body never sent: answered after {took:.2f} s")
         assert answer.startswith(b"HTTP/1.1 401"), answer[:100]
         assert took < 2.0
+    finally:
+        server.stop()
+
+
+def nested(depth: int) -> dict:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value  # type: ignore[return-value]
+
+
+def test_free_form_json_too_deep_or_too_large_is_refused_at_validation(tmp_path):
+    server = http_attacks.start_server(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for field, value in (("config", nested(900)), ("config", {"xs": [0] * 100_001})):
+                r = client.post("/v1/jobs", json=digits_spec(**{field: value}))
+                assert r.status_code == 422, r.text[:300]
+                err = r.json()["error"]
+                assert err["code"] == "invalid_spec"
+                assert err["details"][0]["loc"] == field, err
+                assert "levels deep" in err["message"] or "values" in err["message"]
+            search = {
+                **SEARCH,
+                "search_space": {"optimizer.lr": {"type": "choice", "values": [0.01, nested(900)]}},
+            }
+            r = client.post("/v1/jobs", json=search)
+            assert r.status_code == 422 and "levels deep" in r.json()["error"]["message"], r.text[:300]
+            assert client.post("/v1/jobs", json=digits_spec(config=nested(31))).status_code == 202
+            assert client.get("/healthz").status_code == 200
     finally:
         server.stop()
