@@ -4,10 +4,14 @@ nothing, /healthz included."""
 
 from __future__ import annotations
 
+import json
+import time
+from contextlib import ExitStack
+
 import httpx
 import pytest
 
-from tests import http_attacks
+from tests import attacks, http_attacks
 from tests.attacks import SEARCH
 from tests.conftest import digits_spec
 
@@ -115,3 +119,36 @@ def test_free_form_json_too_deep_or_too_large_is_refused_at_validation(tmp_path)
             assert client.get("/healthz").status_code == 200
     finally:
         server.stop()
+
+
+def test_streams_past_the_servers_cap_get_429(tmp_path):
+    target = attacks.start_target(tmp_path, RAYDOCK_MAX_STREAMS="3")
+    try:
+        job_id = target.running_job()  # RUNNING: its streams stay open until it ends
+        base = f"{target.url}/v1/jobs/{job_id}"
+        with ExitStack() as stack:
+            client = stack.enter_context(httpx.Client(timeout=30))
+            opened = []
+            for url in (f"{base}/logs?follow=true", f"{base}/metrics/stream", f"{base}/logs?follow=1"):
+                r = stack.enter_context(client.stream("GET", url))
+                opened.append(r.status_code)
+            refused = []
+            for url in (f"{base}/metrics/stream", f"{base}/logs?follow=TRUE"):
+                r = stack.enter_context(client.stream("GET", url))  # the answer's head, not a body that never ends
+                refused.append(r)
+            print(f"\nstreams open: {opened}; past the cap: {[r.status_code for r in refused]}")
+            assert opened == [200, 200, 200]
+            for r in refused:
+                assert r.status_code == 429
+                assert json.loads(r.read())["error"]["code"] == "too_many_streams"
+                assert r.headers["Retry-After"]
+            assert client.get(f"{base}/logs").status_code == 200  # a plain read is no stream
+        # Slots come back once the server sees the streams closed (at its next poll of each).
+        deadline, status = time.monotonic() + 10, None
+        while status != 200 and time.monotonic() < deadline:
+            with httpx.stream("GET", f"{base}/metrics/stream", timeout=30) as r:
+                status = r.status_code
+            time.sleep(0.2)
+        assert status == 200
+    finally:
+        target.stop()

@@ -24,6 +24,7 @@ from service.http.deps import require_token
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
 from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
+from service.http.streams import StreamCap
 from service.ray_backend import ClusterUnavailable
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=errors(400, 413),  # the request guard and body parsing answer these on any route
     )
     app.state.settings = settings
+    app.add_middleware(StreamCap, max_streams=settings.max_streams)  # inside the guard: token first
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),

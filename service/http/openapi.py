@@ -19,6 +19,7 @@ DESCRIPTIONS = {
     409: "The job is not in a status (or of a kind) that allows this.",
     413: "The request body is over the server's limit (RAYDOCK_MAX_REQUEST_BYTES).",
     422: "A parameter or the body is invalid; `details` lists each problem with its location.",
+    429: "The server has RAYDOCK_MAX_STREAMS streams open (`too_many_streams`); retry after `Retry-After` seconds.",
     503: "The Ray cluster did not answer.",
 }
 
