@@ -259,18 +259,15 @@ class JobService:
                         break
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
                     break
-            ray_job_id = job.ray_job_id if job.status == JobStatus.CANCELLING.value else None
-            if not ray_job_id:
-                return to_public(job)
-        try:
-            self.backend.stop(ray_job_id)
-        except (ClusterUnavailable, RuntimeError):
-            pass  # the monitor retries the stop while the job is CANCELLING
-        return self.get(job_id)
+            public, stopping = to_public(job), job.status == JobStatus.CANCELLING.value
+        if stopping:  # the monitor stops the Ray job (now, and again each tick while it is CANCELLING)
+            self.on_submit()
+        return public
 
     def cancel_many(self, job_ids: list[str]) -> CancelledJobs:
         """Cancel many jobs: the queued ones in one compare-and-set statement, the started
-        ones one by one (their Ray jobs are stopped), each refusal said per job."""
+        ones one by one (marked CANCELLING; the monitor stops their Ray jobs), each refusal
+        said per job. Nothing here waits on Ray."""
         ids = list(dict.fromkeys(job_ids))
         for tries_left in reversed(range(3)):
             try:

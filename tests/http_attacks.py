@@ -116,3 +116,20 @@ def unauthenticated_post_answer(server: ServerProcess, wait: float) -> tuple[flo
         except TimeoutError:
             return wait, b""
         return time.monotonic() - start, got
+
+
+def hung_dashboard(stack: ExitStack) -> str:
+    """A Ray dashboard address that takes connections and never answers (a hung head)."""
+    listener = stack.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4096)  # connections wait in the backlog: never accepted, never answered
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def bulk_cancel_s(server_url: str, ids: list[str], timeout: float) -> tuple[float, httpx.Response | None]:
+    start = time.monotonic()
+    try:
+        r = httpx.post(f"{server_url}/v1/jobs:cancel", json={"ids": ids}, timeout=timeout)
+    except httpx.TimeoutException:
+        return timeout, None
+    return time.monotonic() - start, r

@@ -10,10 +10,14 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from service.store import JobRow
 from tests import attacks, http_attacks
 from tests.attacks import SEARCH
 from tests.conftest import digits_spec
+from tests.jobstore import job_service, set_columns, submit
+from tests.servers import ServerProcess
 
 
 def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
@@ -152,3 +156,24 @@ def test_streams_past_the_servers_cap_get_429(tmp_path):
         assert status == 200
     finally:
         target.stop()
+
+
+def test_bulk_cancel_returns_at_once_while_the_ray_dashboard_hangs(tmp_path):
+    with ExitStack() as stack:
+        hung = http_attacks.hung_dashboard(stack)
+        url = f"sqlite:///{tmp_path / 'raydock.db'}"
+        service = job_service(url, tmp_path)
+        ids = [submit(service) for _ in range(40)]
+        for i, job_id in enumerate(ids):  # running on the cluster, each with its Ray job
+            set_columns(service, job_id, status="RUNNING", attempt=1, ray_job_id=f"raysubmit_{i}")
+        server = ServerProcess(tmp_path, hung, extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+        stack.callback(server.stop)
+        took, r = http_attacks.bulk_cancel_s(server.url, ids, timeout=15.0)
+        print(f"\nPOST /v1/jobs:cancel of 40 running jobs, dashboard hung: {took:.2f} s")
+        assert r is not None and r.status_code == 200, r and r.text
+        assert took < 5.0
+        assert sorted(r.json()["cancelled"]) == sorted(ids)
+        with service.sessions() as s:
+            statuses = set(s.scalars(select(JobRow.status).where(JobRow.id.in_(ids))))
+        assert statuses == {"CANCELLING"}  # the monitor stops each Ray job; it stays tracked until it has
+        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
