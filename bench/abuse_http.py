@@ -9,7 +9,9 @@ Starts its own servers (real sockets, no Ray) and prints one row per figure,
   bodies stopped after one byte), the server limited to 1,024 file descriptors, and the
   descriptors it holds meanwhile (M8);
 - how long a half-sent request head is held before the server answers 408 (M8);
-- how long a POST without the token waits for its body before the 401 (M8).
+- how long a POST without the token waits for its body before the 401 (M8);
+- POST /v1/jobs:cancel of 200 running jobs while the Ray dashboard hangs (L);
+- streams opened past RAYDOCK_MAX_STREAMS: each answered 429, and /healthz meanwhile (L).
 
 Every loop is bounded. ``main()`` returns the number of rows that failed.
 """
@@ -17,9 +19,14 @@ Every loop is bounded. ``main()`` returns the number of rows that failed.
 from __future__ import annotations
 
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
-from tests import http_attacks
+import httpx
+
+from tests import attacks, http_attacks
+from tests.jobstore import job_service, set_columns, submit
+from tests.servers import ServerProcess
 
 ROWS: list[tuple[str, str, str, bool]] = []
 
@@ -66,12 +73,57 @@ def token_before_body(root: Path) -> None:
         server.stop()
 
 
+def bulk_cancel_with_a_hung_dashboard(root: Path) -> None:
+    data = root / "cancel"
+    with ExitStack() as stack:
+        hung = http_attacks.hung_dashboard(stack)
+        url = f"sqlite:///{data / 'raydock.db'}"
+        data.mkdir()
+        service = job_service(url, data)
+        ids = [submit(service) for _ in range(200)]
+        for i, job_id in enumerate(ids):
+            set_columns(service, job_id, status="RUNNING", attempt=1, ray_job_id=f"raysubmit_{i}")
+        server = ServerProcess(data, hung, extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+        stack.callback(server.stop)
+        took, r = http_attacks.bulk_cancel_s(server.url, ids, timeout=30.0)
+        ok = r is not None and r.status_code == 200 and len(r.json()["cancelled"]) == 200 and took < 5
+        row("POST /v1/jobs:cancel of 200 running jobs, dashboard hung", f"{took:.2f} s", "< 5 s, all cancelled", ok)
+
+
+def streams_past_the_cap(root: Path) -> None:
+    target = attacks.start_target(root / "streams", RAYDOCK_MAX_STREAMS="50")
+    try:
+        base = f"{target.url}/v1/jobs/{target.running_job()}"
+        with ExitStack() as stack:
+            client = stack.enter_context(httpx.Client(timeout=30, limits=httpx.Limits(max_connections=200)))
+            codes = [
+                stack.enter_context(client.stream("GET", f"{base}/logs?follow=true")).status_code for _ in range(80)
+            ]
+            took = http_attacks.healthz_s(target.server, 5.0)
+        served, refused = codes.count(200), codes.count(429)
+        row(
+            "streams served / refused 429 of 80 (RAYDOCK_MAX_STREAMS=50)",
+            f"{served} / {refused}",
+            "50 / 30",
+            (served, refused) == (50, 30),
+        )
+        row("/healthz with 50 streams open", f"{took:.2f} s", "< 1 s", took < 1)
+    finally:
+        target.stop()
+
+
 def main() -> int:
     ROWS.clear()
     print("what | figure | bound | ok/FAIL")
     with tempfile.TemporaryDirectory(prefix="raydock-abuse-http-") as tmp:
         root = Path(tmp)
-        for attack in (slowloris, head_timeout, token_before_body):
+        for attack in (
+            slowloris,
+            head_timeout,
+            token_before_body,
+            bulk_cancel_with_a_hung_dashboard,
+            streams_past_the_cap,
+        ):
             attack(root)
     return sum(1 for *_, ok in ROWS if not ok)
 
