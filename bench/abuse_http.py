@@ -86,8 +86,8 @@ def bulk_cancel_with_a_hung_dashboard(root: Path) -> None:
         server = ServerProcess(data, hung, extra_env={"RAYDOCK_DATABASE_URL": url}).start()
         stack.callback(server.stop)
         took, r = http_attacks.bulk_cancel_s(server.url, ids, timeout=30.0)
-        ok = r is not None and r.status_code == 200 and len(r.json()["cancelled"]) == 200 and took < 5
-        row("POST /v1/jobs:cancel of 200 running jobs, dashboard hung", f"{took:.2f} s", "< 5 s, all cancelled", ok)
+        ok = r is not None and r.status_code == 200 and len(r.json()["cancelled"]) == 200 and took < 2
+        row("POST /v1/jobs:cancel of 200 running jobs, dashboard hung", f"{took:.2f} s", "< 2 s, all cancelled", ok)
 
 
 def streams_past_the_cap(root: Path) -> None:
