@@ -275,18 +275,16 @@ class JobService:
                         break
                 elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
                     break
-            ray_job_id = job.ray_job_id if job.status == JobStatus.CANCELLING.value else None
-            if not ray_job_id:
-                return to_public(job)
-        try:
-            self.backend.stop(ray_job_id)
-        except (ClusterUnavailable, RuntimeError):
-            pass  # the monitor retries the stop while the job is CANCELLING
-        return self.get(job_id)
+            public, stopping = to_public(job), job.status == JobStatus.CANCELLING.value
+        if stopping:  # the monitor stops the Ray job (now, and again each tick while it is CANCELLING)
+            self.on_submit()
+        return public
 
     def cancel_many(self, job_ids: list[str]) -> CancelledJobs:
-        """Cancel many jobs: the queued ones in one compare-and-set statement, the started
-        ones one by one (their Ray jobs are stopped), each refusal said per job."""
+        """Cancel many jobs in one transaction of compare-and-set statements: queued ones
+        CANCELLED, started ones CANCELLING (the monitor stops their Ray jobs); the rest
+        (already cancelling, ended, unknown, or moved meanwhile) one by one, each refusal
+        said per job. Nothing here waits on Ray."""
         ids = list(dict.fromkeys(job_ids))
         for tries_left in reversed(range(3)):
             try:
@@ -299,11 +297,17 @@ class JobService:
                     moved = lifecycle.transition_many(
                         s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone
                     )
+                    for started in (JobStatus.STARTING, JobStatus.RUNNING):  # the monitor stops their Ray jobs
+                        moved += lifecycle.transition_many(
+                            s, ids, started, JobStatus.CANCELLING, reason="cancel requested"
+                        )
                 break
             except DBAPIError as exc:  # PostgreSQL chose this transaction to end a deadlock: nothing was written
                 if tries_left == 0 or getattr(exc.orig, "sqlstate", None) != DEADLOCK:
                     raise
         done = set(moved)
+        if done:
+            self.on_submit()  # the monitor stops the CANCELLING jobs' Ray jobs now
         cancelled, refused = [i for i in ids if i in done], []
         for job_id in ids:
             if job_id in done:

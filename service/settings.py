@@ -48,6 +48,37 @@ class Settings(BaseSettings):
         gt=0,
         description="A checkpoint download whose client reads nothing for this long is dropped.",
     )
+    max_connections: int = Field(
+        default=1000,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "Most connections the API holds; past it a new connection closes the one that has waited longest for "
+            "its request to arrive. Kept under the file descriptor limit (ulimit -n) less 256."
+        ),
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=3600, description="How long a request's headers may take to arrive (408 past it)."
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Longest pause between two chunks of a request body (closed past it)."
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, le=3600, description="How long an idle keep-alive connection stays open."
+    )
+    max_header_bytes: int = Field(
+        default=32 * 1024, ge=4096, le=1 << 20, description="Largest request line and headers the API reads (400)."
+    )
+    max_streams: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Most streams (metrics SSE, followed logs) open at once; more get 429 `too_many_streams`.",
+    )
+    open_docs: bool = Field(
+        default=False,
+        description="Serve /docs, /redoc and /openapi.json without the API token (they need it when one is set).",
+    )
     local_num_cpus: int | None = Field(default=None, description="CPUs the local Ray head advertises (default: all).")
     monitor_interval_s: float = Field(default=0.5, description="How often job statuses are polled.")
     train_health_check_interval_s: float = Field(

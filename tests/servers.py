@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -32,6 +33,8 @@ class ServerProcess:
         unset_env: tuple[str, ...] = (),
         cwd: Path | None = None,
         python: str | None = None,
+        nofile: int | None = None,
+        argv: list[str] | None = None,
     ):
         self.data_dir, self.ray_address, self.token = data_dir, ray_address, token
         self.port = port or free_ports(1)[0]
@@ -40,6 +43,8 @@ class ServerProcess:
         self.unset_env = unset_env
         self.cwd = cwd  # None: this process's working directory
         self.python = python or sys.executable  # another environment's Python runs another install of raydock
+        self.nofile = nofile  # the server's file descriptor limit (soft and hard); None: this process' own
+        self.argv = argv or ["-m", "service.cli", "serve"]  # after the Python executable
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
@@ -53,11 +58,12 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [self.python, "-m", "service.cli", "serve"],
+            [self.python, *self.argv],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.cwd,
+            preexec_fn=self._limits if self.nofile else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -70,6 +76,12 @@ class ServerProcess:
                 pass
             time.sleep(0.2)
         raise RuntimeError("server did not become healthy")
+
+    def _limits(self) -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, as in a crash."""

@@ -7,7 +7,7 @@ import enum
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -32,6 +32,34 @@ Labels = Annotated[
         ),
     ),
 ]
+
+# Free-form JSON (a user entrypoint's config, runtime_env, searched values): bounded so that
+# every part of the server that stores, copies or serialises it can (a 900-deep object once
+# passed validation and failed later with a 500).
+MAX_JSON_DEPTH = 32
+MAX_JSON_VALUES = 100_000
+
+
+def bounded_json(value: Any) -> Any:
+    """Refuse a value nested deeper than MAX_JSON_DEPTH or holding more than MAX_JSON_VALUES
+    values; walked without recursion, so any depth is measured safely."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_JSON_VALUES:
+            raise ValueError(f"holds more than {MAX_JSON_VALUES} values (all levels together); send less")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            raise ValueError(f"is nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+FreeJson = Annotated[dict[str, Any], BeforeValidator(bounded_json)]
+FreeJsonList = Annotated[list[Any], BeforeValidator(bounded_json)]
 
 
 class Strict(BaseModel):

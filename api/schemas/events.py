@@ -14,7 +14,9 @@ import json
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
+
+from api.schemas.common import bounded_json
 
 MARKER = "RAYDOCK_EVENT "
 # The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
@@ -55,7 +57,7 @@ MetricValue = Annotated[
 ]
 Metrics = Annotated[dict[Key, MetricValue], Field(max_length=MAX_METRICS)]
 # Searched values: dotted path -> any JSON value (a choice may hold lists or objects).
-Config = Annotated[dict[Key, Any], Field(max_length=MAX_METRICS)]
+Config = Annotated[dict[Key, Any], Field(max_length=MAX_METRICS), BeforeValidator(bounded_json)]
 
 
 class Event(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
-from api.schemas.common import Strict
+from api.schemas.common import FreeJsonList, Strict
 
 MAX_VALUES = 1000  # values in one choice or grid entry
 
@@ -39,12 +39,12 @@ class LogUniform(Strict):
 
 class Choice(Strict):
     type: Literal["choice"] = Field(description="One of the values, drawn at random.")
-    values: list[Any] = Field(min_length=1, max_length=MAX_VALUES, description="The values to choose from.")
+    values: FreeJsonList = Field(min_length=1, max_length=MAX_VALUES, description="The values to choose from.")
 
 
 class Grid(Strict):
     type: Literal["grid"] = Field(description="Every value in turn: the search runs each one.")
-    values: list[Any] = Field(min_length=1, max_length=MAX_VALUES, description="The values to run.")
+    values: FreeJsonList = Field(min_length=1, max_length=MAX_VALUES, description="The values to run.")
 
 
 Distribution = Annotated[Union[Uniform, LogUniform, Choice, Grid], Field(discriminator="type")]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_serializer, field_validator, model_validator
 
 from api.schemas.code import CODE_REF_RE
-from api.schemas.common import ENTRYPOINT_RE, Strict
+from api.schemas.common import ENTRYPOINT_RE, FreeJson, Strict
 from api.schemas.data import DataSpec, DigitsData, TextData
 from api.schemas.job_common import JobCommon, JobName
 from api.schemas.mesh import resolve_mesh
@@ -103,10 +103,15 @@ class TrainSpec(JobCommon):
             "job's working directory on the cluster. Set by the CLI and SDK from `working_dir`; not with `working_dir`."
         ),
     )
-    runtime_env: dict[str, Any] | None = Field(
-        default=None, description="Extra Ray runtime_env (pip, env_vars, py_modules...) for the job."
+    runtime_env: FreeJson | None = Field(
+        default=None,
+        description=(
+            "Extra Ray runtime_env (pip, env_vars, py_modules...) for the job. Not for secrets: the whole spec, "
+            "`env_vars` included, is shown to every holder of the API token (GET /v1/jobs) and every job's code "
+            "can read it; pass credentials through the cluster's own environment or a secret store."
+        ),
     )
-    config: dict[str, Any] = Field(
+    config: FreeJson = Field(
         default_factory=dict, description="Free dict passed to a user-code entrypoint as its `config`."
     )
 

@@ -32,11 +32,12 @@ def serve(
     import uvicorn
 
     from service.http.app import create_app
+    from service.http.connections import server_config
     from service.settings import Settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = Settings(**overrides)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.Server(server_config(create_app(settings), settings, log_level="info")).run()
 
 
 @app.command()
@@ -51,15 +52,14 @@ def run(
 
     from service.cluster.local_cluster import free_ports
     from service.http.app import create_app
+    from service.http.connections import server_config
     from service.settings import Settings
 
     spec = load_spec_file(spec_file)
     # The code a spec names lies beside it: that is what this one-off server may ship.
     code_root = {} if os.environ.get("RAYDOCK_CODE_ROOT") else {"code_root": str(spec_file.resolve().parent)}
     settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0], **code_root)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
-    )
+    server = uvicorn.Server(server_config(create_app(settings), settings, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     err.print(
         f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)"

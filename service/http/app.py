@@ -26,6 +26,7 @@ from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
 from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
+from service.http.streams import StreamCap
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
 
@@ -45,11 +46,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.downloads = DownloadGate(settings.max_concurrent_downloads, settings.download_send_timeout_s)
+    app.add_middleware(StreamCap, max_streams=settings.max_streams)  # inside the guard: token first
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),
         max_body_bytes=settings.max_request_bytes,
         own_limit_prefixes=("/v1/code/",),
+        token=settings.api_token,
+        open_docs=settings.open_docs,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)

@@ -1,10 +1,14 @@
 """What every request passes before any route runs: the Host check that keeps a
-loopback server without a token out of reach of DNS rebinding, and the request body
-limit, enforced on the declared length and again on the bytes as they arrive, so no
+loopback server without a token out of reach of DNS rebinding; without a token, the
+check that the peer itself is on loopback (the configured host is not the bound socket:
+a server started behind ``--host 0.0.0.0`` is still closed to others); with one, the API
+token, checked here so that no body is read for a request without it; and the request
+body limit, enforced on the declared length and again on the bytes as they arrive, so no
 body is ever read past the limit. Plain ASGI, so it also covers /docs and unknown paths."""
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -12,10 +16,29 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import RaydockError
+from api.errors import RaydockError, Unauthorized
+from service.http.deps import bearer_token, token_matches
 from service.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+EVENTS_PREFIX = "/v1/internal/"  # the events channel: each job's own events token, from any node
+
+
+def wrong_token() -> Unauthorized:
+    return Unauthorized("Missing or wrong API token. Send 'Authorization: Bearer <RAYDOCK_API_TOKEN>'.")
+
+
+def is_loopback_peer(client: tuple[str, int] | None) -> bool:
+    """A socket peer on loopback (an IPv4-mapped IPv6 address counts); a Unix socket has no peer address."""
+    if client is None:
+        return True
+    try:
+        address = ipaddress.ip_address(client[0].split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 class RequestTooLarge(HTTPException):
@@ -66,14 +89,18 @@ class RequestGuard:
         hosts: frozenset[str] | None,
         max_body_bytes: int,
         own_limit_prefixes: tuple[str, ...] = (),
+        token: str | None = None,
+        open_docs: bool = False,
     ) -> None:
         self.app, self.hosts, self.limit, self.own_limit = app, hosts, max_body_bytes, own_limit_prefixes
+        self.token, self.open_docs = token, open_docs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limited = not (self.own_limit and scope["path"].startswith(self.own_limit))
-        refusal = self._refusal(Headers(scope=scope), limited)
+        headers = Headers(scope=scope)
+        refusal = self._peer_refusal(scope, headers) or self._refusal(headers, limited)
         if refusal is not None:
             return await JSONResponse(refusal.to_body(), status_code=refusal.status)(scope, receive, send)
         if not limited:
@@ -104,6 +131,25 @@ class RequestGuard:
                 raise
             err = too_large(self.limit)
             await JSONResponse(err.to_body(), status_code=413)(scope, receive, send)
+
+    def _peer_refusal(self, scope: Scope, headers: Headers) -> RaydockError | None:
+        path = scope["path"]
+        if path.startswith(EVENTS_PREFIX):
+            return None
+        if self.token is None:
+            if is_loopback_peer(scope.get("client")):
+                return None
+            return RaydockError(
+                "This server has no API token and answers only clients on this machine (loopback); "
+                f"{scope['client'][0]} is not. Set RAYDOCK_API_TOKEN on the server and send it, or connect from the server's host.",
+                code="peer_not_allowed",
+                status=403,
+            )
+        if not (path.startswith("/v1/") or path == "/v1" or (path in DOC_PATHS and not self.open_docs)):
+            return None
+        if token_matches(bearer_token(headers.get("authorization")), self.token):
+            return None
+        return wrong_token()
 
     def _refusal(self, headers: Headers, limited: bool = True) -> RaydockError | None:
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:

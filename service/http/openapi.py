@@ -19,7 +19,7 @@ DESCRIPTIONS = {
     409: "The job is not in a status (or of a kind) that allows this.",
     413: "The request body is over the server's limit (RAYDOCK_MAX_REQUEST_BYTES).",
     422: "A parameter or the body is invalid; `details` lists each problem with its location.",
-    429: "As many of these are under way as the server serves at once; retry after the Retry-After header's seconds.",
+    429: "The server is serving as many of these as it takes at once (downloads, uploads, streams, an events post in flight); the `code` says which. Retry after the Retry-After header's seconds.",
     503: "The Ray cluster did not answer.",
 }
 

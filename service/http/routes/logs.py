@@ -21,7 +21,7 @@ TEXT = "text/plain; charset=utf-8"
 
 
 @router.get(
-    "/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422)
+    "/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422, 429)
 )
 def get_logs(jobs: Jobs, job_id: JobId, follow: bool = False, offset: Offset = 0) -> Response:
     """The job's driver log (all workers' output) from character `offset` on. `follow=true` streams

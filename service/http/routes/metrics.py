@@ -68,7 +68,7 @@ def _json(points: list[MetricPoint], headers: dict[str, str]) -> Response:
     "/jobs/{job_id}/metrics/stream",
     response_class=EventSourceResponse,
     operation_id="stream_metrics",
-    responses=errors(404, 422),
+    responses=errors(404, 422, 429),
 )
 async def stream_metrics(jobs: Jobs, job_id: ExistingJobId, since: Since = -1) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events: one `metric` event per report, then an `end` event when the job
