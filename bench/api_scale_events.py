@@ -35,7 +35,8 @@ from api.schemas.events import SUBMISSION_HEADER
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
-from service.db.models import CheckpointRow, JobRow, LogChunkRow, MetricRow
+from service.db.event_models import CheckpointRow, LogChunkRow, MetricRow
+from service.db.models import JobRow
 from service.events.tokens import token_hash
 from service.jobs import JobService
 from service.settings import Settings

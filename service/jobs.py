@@ -35,8 +35,9 @@ from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
 from service.db import job_records, listing, purge
+from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
-from service.db.models import CheckpointRow, JobRow, count, utcnow
+from service.db.models import JobRow, count, utcnow
 from service.events import logs, series
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits

@@ -15,7 +15,8 @@ import httpx
 from sqlalchemy import insert
 
 from api.schemas.events import SUBMISSION_HEADER
-from service.db.models import JobRow, MetricRow, TrialMetricRow, TrialRow
+from service.db.event_models import MetricRow, TrialMetricRow, TrialRow
+from service.db.models import JobRow
 from service.events.tokens import token_hash
 from service.jobs import JobService
 from tests.conftest import digits_spec

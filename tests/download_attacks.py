@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from service.db.models import CheckpointRow
+from service.db.event_models import CheckpointRow
 from tests.attacks import Target, start_target
 
 __all__ = ["Target", "start_target"]

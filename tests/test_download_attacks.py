@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from service.db.models import CheckpointRow
+from service.db.event_models import CheckpointRow
 from tests import download_attacks as attacks
 
 SEND_TIMEOUT_S = 3

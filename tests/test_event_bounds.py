@@ -13,14 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from service.db.models import (
-    CheckpointRow,
-    ExploitRow,
-    MetricRow,
-    TrialMetricRow,
-    TrialRow,
-    WorkerGroupRow,
-)
+from service.db.event_models import CheckpointRow, ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from tests import attacks
 from tests.jobstore import set_columns
 from trainers.events import _Pusher

@@ -13,7 +13,8 @@ from sqlalchemy import select
 from api.schemas import event_line, parse_event, parse_job_spec
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
-from service.db.models import JobRow, LogChunkRow, MetricRow, TrialRow
+from service.db.event_models import LogChunkRow, MetricRow, TrialRow
+from service.db.models import JobRow
 from service.events import logs, series
 from service.jobs import JobService
 from service.settings import Settings

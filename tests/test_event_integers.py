@@ -15,7 +15,8 @@ from sqlalchemy import select
 
 from api.schemas import JobStatus
 from api.schemas.events import MARKER, MAX_TRIAL_ID
-from service.db.models import CheckpointRow, JobRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
+from service.db.event_models import CheckpointRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
+from service.db.models import JobRow
 from tests import attacks
 
 BIG = 2**40

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from api.schemas.events import SUBMISSION_HEADER
 from service import storage
-from service.db.models import CheckpointRow, MetricRow
+from service.db.event_models import CheckpointRow, MetricRow
 from tests import attacks
 from tests.jobstore import set_columns
 from trainers import launch as launch_mod

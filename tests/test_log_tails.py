@@ -11,7 +11,8 @@ import time
 from sqlalchemy import select
 
 from service.cluster.ray_backend import RayBackend
-from service.db.models import JobRow, MetricRow
+from service.db.event_models import MetricRow
+from service.db.models import JobRow
 from service.events import logs
 from service.events.log_tails import READ_WHOLE_BELOW, LogTails
 from tests.jobstore import job_service, set_columns, submit

@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 
 from service import storage
 from service.cluster.ray_backend import RayBackend
-from service.db.models import CheckpointRow, JobLabelRow, JobRow, TransitionRow, store_id, utcnow
+from service.db.event_models import CheckpointRow
+from service.db.models import JobLabelRow, JobRow, TransitionRow, store_id, utcnow
 from service.retention import Policy, RayRecords, Retention
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 

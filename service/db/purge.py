@@ -16,18 +16,17 @@ import time
 from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.orm import sessionmaker
 
-from service.db.models import (
+from service.db.event_models import (
     CheckpointRow,
     ExploitRow,
-    JobRow,
     LogChunkRow,
     MetricRollupRow,
     MetricRow,
-    TransitionRow,
     TrialMetricRow,
     TrialRow,
     WorkerGroupRow,
 )
+from service.db.models import JobRow, TransitionRow
 
 CHUNK_ROWS = 5000  # rows deleted per transaction
 PAUSE_S = 0.01  # between chunks: other writers get the database

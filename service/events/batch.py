@@ -16,7 +16,8 @@ from api.schemas import JobStatus, TuneSpec
 from api.schemas.events import ExploitEvent, MetricEvent, TrialMetricEvent, WorkerGroupEvent
 from api.schemas.trials import better, metric_value
 from service import lifecycle
-from service.db.models import EventKey, ExploitRow, JobRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
+from service.db.event_models import ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
+from service.db.models import EventKey, JobRow
 from service.db.specs import stored_search
 from service.events import limits, rollups
 from service.events.limits import EventLimits, room

@@ -45,14 +45,8 @@ from api.schemas.events import (
     WorkerGroupEvent,
 )
 from service import lifecycle, storage
-from service.db.models import (
-    CheckpointRow,
-    ExploitRow,
-    JobRow,
-    SearchResultRow,
-    WorkerGroupRow,
-    count,
-)
+from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
+from service.db.models import JobRow, count
 from service.events import limits, logs
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import JobRow, LogChunkRow
+from service.db.event_models import LogChunkRow
+from service.db.models import JobRow
 
 CHUNK_BYTES = 64 * 1024  # most bytes one stored chunk holds
 READ_CHUNKS = 64  # chunks one range query returns (about 4 MiB at most)

@@ -21,7 +21,7 @@ from sqlalchemy import func, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from service.db.models import MetricRollupRow
+from service.db.event_models import MetricRollupRow
 
 BASE_SHIFT = 4  # level 1 blocks hold 2**4 reports
 FANOUT_SHIFT = 2  # each level's blocks hold 2**2 blocks of the level below

@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from api.schemas import MetricPoint
-from service.db.models import MetricRow
+from service.db.event_models import MetricRow
 from service.events import rollups
 
 PAGE_DEFAULT = 1000

@@ -20,7 +20,8 @@ from api.schemas import (
     TuneSpec,
 )
 from api.schemas.trials import better, metric_value
-from service.db.models import CheckpointRow, ExploitRow, JobRow, SearchResultRow, TrialMetricRow, TrialRow
+from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, TrialMetricRow, TrialRow
+from service.db.models import JobRow
 from service.db.specs import stored_search
 from service.events.replay import Exploit, replay_spec
 

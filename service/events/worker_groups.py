@@ -14,7 +14,8 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import job_not_found
 from api.schemas import WorkerGroupPublic, WorkerPlacement
-from service.db.models import JobRow, WorkerGroupRow
+from service.db.event_models import WorkerGroupRow
+from service.db.models import JobRow
 
 
 def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic]:
