@@ -329,4 +329,4 @@ def test_a_stored_package_swapped_for_a_fifo_or_a_link_is_refused_not_waited_on(
             stored_zip.symlink_to(host_zip)
         r = httpx.post(f"{url}/v1/jobs", json={**job, "code": f"sha256:{sha}"}, timeout=20)
         assert r.status_code == 422, r.text
-        assert r.json()["error"]["code"] == "code_package_unreadable"
+        assert r.json()["error"]["code"] == "code_package_not_found"  # as a rewritten one: upload it again

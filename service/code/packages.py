@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import heapq
 import logging
 import os
-import stat
 import tempfile
 import threading
 import zipfile
@@ -39,11 +37,11 @@ from sqlalchemy import delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.code_package import TOP, biggest_files, module_in_package, reserved_names
+from api.code_package import module_in_package, reserved_names
 from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound, RaydockError
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
-from service.code.zip_directory import DirectoryTooLarge, check_directory
+from service.code.package_zip import check_zip
 from service.db.models import CodePackageRow, JobCodeRow, count, utcnow
 from service.settings import Settings
 
@@ -51,7 +49,6 @@ log = logging.getLogger("raydock.code")
 
 CODE_DIR = "_code"  # under the storage path, beside the jobs' prefixes (job ids start with "j")
 READ_CHUNK = 1 << 20
-ALLOWED_MODE = 0o755  # permission bits an entry may carry: no setuid/setgid/sticky, no group or world write
 
 
 class TooManyUploads(RaydockError):
@@ -168,12 +165,16 @@ class CodeStore:
         if not storage.exists(self.uri(sha256)):
             return False
         digest, size = hashlib.sha256(), 0
-        with storage.open_random_access(self.uri(sha256)) as f:
-            while chunk := f.read(READ_CHUNK):
-                size += len(chunk)
-                if size > self.settings.code_max_bytes:
-                    break
-                digest.update(chunk)
+        try:
+            with storage.open_random_access(self.uri(sha256)) as f:  # a regular file, no link followed
+                while chunk := f.read(READ_CHUNK):
+                    size += len(chunk)
+                    if size > self.settings.code_max_bytes:
+                        break
+                    digest.update(chunk)
+        except OSError as exc:  # swapped for a FIFO, a link or a directory: no package of ours
+            log.warning("code package %s is no longer a readable file in storage: %s", sha256[:12], exc)
+            return False
         if size <= self.settings.code_max_bytes and digest.hexdigest() == sha256:
             return True
         log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
@@ -269,102 +270,6 @@ class CodeStore:
         if gone:
             log.info("deleted %d code package(s) no job references: %s", len(gone), ", ".join(g[:12] for g in gone))
         return gone
-
-
-def _biggest(infos: list[zipfile.ZipInfo]) -> str:
-    return biggest_files(heapq.nlargest(3, ((i.file_size, i.filename) for i in infos)))
-
-
-def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
-    """Files and uncompressed bytes of a package, once it is known safe to unpack: a
-    zip whose every entry is a plain file under ``code/`` (no absolute path, no ``..``,
-    no link, no duplicate), within the file cap, whose declared sizes sum within the
-    byte cap, and whose every entry inflates to exactly its declared size with the
-    right CRC (a zip bomb that lies about its sizes is caught while reading)."""
-    try:
-        try:
-            check_directory(path, settings.code_max_files)  # before ZipFile makes an object per record
-        except DirectoryTooLarge as exc:
-            raise CodeTooLarge(
-                f"The package holds more than {settings.code_max_files} files (RAYDOCK_CODE_MAX_FILES): {exc.what}. "
-                "Leave out what the job does not need.",
-                status=422,
-                details=[{"cap": "max_files"}],
-            ) from None
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-            if len(infos) > settings.code_max_files:
-                raise CodeTooLarge(
-                    f"The package holds {len(infos)} files, more than {settings.code_max_files} "
-                    f"(RAYDOCK_CODE_MAX_FILES); the biggest: {_biggest(infos)}. Leave out what the job does not need.",
-                    status=422,
-                    details=[{"cap": "max_files"}],
-                )
-            seen: set[str] = set()
-            for info in infos:
-                _check_entry(info, seen)
-            declared = sum(i.file_size for i in infos)
-            if declared > settings.code_max_bytes:
-                raise CodeTooLarge(
-                    f"The package unpacks to {declared} bytes, more than {settings.code_max_bytes} (RAYDOCK_CODE_MAX_BYTES); "
-                    f"the biggest files: {_biggest(infos)}. Leave out what the job does not need.",
-                    details=[{"cap": "max_bytes"}],
-                )
-            for info in infos:
-                # zipfile stops at the declared size and then checks the CRC: a member
-                # that would inflate past what it declares fails here, never fills a disk.
-                inflated = 0
-                try:
-                    with zf.open(info) as member:
-                        while chunk := member.read(READ_CHUNK):
-                            inflated += len(chunk)
-                except zipfile.BadZipFile as exc:
-                    raise _unsafe(
-                        info.filename, f"does not inflate to the {info.file_size} bytes it declares ({exc})"
-                    ) from exc
-                if inflated != info.file_size:
-                    raise _unsafe(info.filename, f"inflates to {inflated} bytes, not the {info.file_size} it declares")
-            return len(infos), declared
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
-        raise InvalidSpec(
-            f"The upload is not a usable zip ({exc}). Package the directory with `raydock submit` or Client.upload_code.",
-            code="code_package_invalid",
-        ) from exc
-
-
-def _check_entry(info: zipfile.ZipInfo, seen: set[str]) -> None:
-    name = info.filename
-    # The name's own segments: PurePosixPath would drop a "." (so `code/./x` would pass
-    # the duplicate and reserved-name checks as a second name for `code/x`).
-    parts = name.split("/")
-    if "\\" in name or "\x00" in name or name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise _unsafe(name, "is an absolute or non-POSIX path")
-    if ".." in parts or "." in parts or "" in parts[:-1]:
-        raise _unsafe(name, "climbs out of the package or has a '.' or empty step")
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        raise _unsafe(name, "is a symbolic link")
-    if stat.S_IFMT(mode) not in (0, stat.S_IFREG) and not info.is_dir():
-        raise _unsafe(name, "is not a regular file")
-    if stat.S_IMODE(mode) & ~ALLOWED_MODE:
-        # Ray's unzip restores the mode: a setuid bit or a world-writable file would survive it.
-        raise _unsafe(name, f"has mode {stat.S_IMODE(mode):04o}; a package holds 0644 or 0755 files")
-    if info.is_dir():
-        raise _unsafe(name, "is a directory entry (a package holds files only)")
-    if len(parts) < 2 or parts[0] != TOP or not parts[-1]:
-        raise _unsafe(name, f"is not under {TOP}/")
-    if name in seen:
-        raise _unsafe(name, "appears twice")
-    seen.add(name)
-
-
-def _unsafe(name: str, why: str) -> InvalidSpec:
-    return InvalidSpec(
-        f"The package entry {name[:300]!r} {why}; nothing was stored. Package the directory with `raydock submit` "
-        "or Client.upload_code.",
-        code="code_package_unsafe",
-        details=[{"entry": name[:300], "msg": why}],
-    )
 
 
 def _too_large_body(size: int, cap: int) -> CodeTooLarge:
