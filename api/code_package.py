@@ -144,8 +144,8 @@ def package_files(
     left_out: list[tuple[str, int]] = []
     outside: list[str] = []
     real_root = Path(os.path.realpath(root))
-    top_rules = pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDES, *(excludes or [])])
-    rules: dict[str, list[tuple[str, pathspec.GitIgnoreSpec]]] = {"": [("", top_rules)]}
+    top_rules = pathspec.PathSpec.from_lines("gitignore", [*DEFAULT_EXCLUDES, *(excludes or [])])
+    rules: dict[str, list[tuple[str, pathspec.PathSpec]]] = {"": [("", top_rules)]}
     for current, dirs, files in os.walk(root, followlinks=False):
         rel_dir = Path(current).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -153,7 +153,7 @@ def package_files(
         for name in IGNORE_FILES:
             if os.path.isfile(os.path.join(current, name)):
                 with open(os.path.join(current, name), errors="replace") as f:
-                    here.append((rel_dir, pathspec.GitIgnoreSpec.from_lines(f.read().splitlines())))
+                    here.append((rel_dir, pathspec.PathSpec.from_lines("gitignore", f.read().splitlines())))
 
         def ignored(rel: str, is_dir: bool) -> bool:
             for base, spec in here:

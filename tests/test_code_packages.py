@@ -28,6 +28,7 @@ from api.code_package import TOP, build_package, package_files
 from api.errors import CodeTooLarge, InvalidSpec
 from service.cluster.local_cluster import free_ports
 from tests.servers import ServerProcess
+from tests.test_user_code_policy import IGNORE_CASES
 
 MAX_FILES, MAX_BYTES = 30, 256 * 1024
 
@@ -330,3 +331,33 @@ def test_a_stored_package_swapped_for_a_fifo_or_a_link_is_refused_not_waited_on(
         r = httpx.post(f"{url}/v1/jobs", json={**job, "code": f"sha256:{sha}"}, timeout=20)
         assert r.status_code == 422, r.text
         assert r.json()["error"]["code"] == "code_package_not_found"  # as a rewritten one: upload it again
+
+
+@pytest.mark.parametrize("case", range(len(IGNORE_CASES)))
+def test_the_sdk_packs_what_rays_own_packaging_would_ship(tmp_path, case):
+    """One engine: the SDK reads .gitignore and excludes as Ray's packaging does, so an
+    uploaded package holds exactly the files Ray would have zipped from the directory."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    ignore_files, excludes, path = IGNORE_CASES[case]
+    project = tmp_path / "project"
+    for rel in (path, "main.py", "sub/other.py", "data/b2", "keep/z.key", "notes.log"):
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text("x = 1\n")
+    for where, text in ignore_files.items():
+        (project / where).mkdir(parents=True, exist_ok=True)
+        (project / where / ".gitignore").write_text(text)
+    shipped: set[str] = set()
+    _dir_travel(
+        project,
+        [_get_excludes(project, excludes)],
+        lambda p: shipped.add(p.relative_to(project).as_posix()) if p.is_file() else None,
+        include_gitignore=True,
+    )
+    packed, _ = package_files(project, excludes)
+    if not shipped:
+        # A bare `*` in the top .gitignore matches Ray's top directory itself ("."), so Ray
+        # would zip nothing; the SDK reads it as git does and packs what `!` brings back.
+        assert {name for name, _ in packed} and ignore_files.get("", "").startswith("*\n")
+        return
+    assert {name for name, _ in packed} == shipped
