@@ -153,6 +153,7 @@ def test_job_stored_before_the_policy_meets_it_when_it_starts(target, uploaded):
     assert failed.error.startswith("env_var_not_allowed:") and "PIP_INDEX_URL" in failed.error
 
 
+@pytest.mark.slow
 def test_sdk_waits_out_a_busy_server(target, tmp_path):
     """While other clients hold every upload slot, Client.upload_code waits the
     server's Retry-After and sends once a slot is free."""

@@ -94,6 +94,7 @@ def test_a_file_uri_checkpoint_path_is_no_existence_oracle_for_api_host_paths(ta
         assert httpx.get(target.url + attacks.download_path(job_id, row_id)).status_code == 404
 
 
+@pytest.mark.slow
 def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
     """100 connections ask for a 32 MiB checkpoint and read nothing."""
     send_timeout_s = 20  # long enough to take the figures while all are held, on a busy machine too
@@ -135,6 +136,7 @@ def test_one_download_too_many_is_429_with_a_code_and_retry_after(target):
             s.close()
 
 
+@pytest.mark.slow
 def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(target):
     job_id = target.running_job()
     row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(16 << 20)})

@@ -168,6 +168,7 @@ def test_a_post_with_too_many_search_events_is_413_with_a_code(target):
     assert target.push(job_id, attacks.trial_reports(0, 200)).status_code == 204
 
 
+@pytest.mark.slow
 def test_submits_stay_fast_while_a_search_pushes_on_many_connections(tmp_path):
     target = attacks.start_target(tmp_path)  # SQLite: one write lock for the whole store
     try:

@@ -132,6 +132,7 @@ def test_the_driver_deletes_its_launch_file_once_read(tmp_path, monkeypatch):
 # ------------------------------------------------------------------ replay of a forged lineage
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_3000_clone_lineage_answers_without_recursion(target):
     job_id = target.running_search()
     r = attacks.replay_of_a_lineage(target, job_id, 3000)

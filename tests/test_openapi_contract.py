@@ -80,6 +80,7 @@ def test_server_without_cluster_validates_and_queues(contract_server):
     assert http.post(f"/v1/jobs/{ok.json()['id']}/cancel").json()["status"] == "CANCELLED"
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_mismatch(contract_server, tmp_path):
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
