@@ -17,22 +17,15 @@ Every loop is bounded. ``main()`` returns the number of rows that failed.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
+from bench.figures import row, run_attacks
 from service.attempts import Attempts
 from tests import attacks, code_attacks
 from tests.code_attacks import INSTALLER_ATTACKS, job
-
-ROWS: list[tuple[str, str, str, bool]] = []
-
-
-def row(what: str, figure: str, bound: str, ok: bool) -> None:
-    ROWS.append((what, figure, bound, ok))
-    print(f"{what} | {figure} | {bound} | {'ok' if ok else 'FAIL'}", flush=True)
 
 
 def huge_directory(root: Path) -> None:
@@ -124,13 +117,7 @@ def installer_attacks(root: Path) -> None:
 
 
 def main() -> int:
-    ROWS.clear()
-    print("what | figure | bound | ok/FAIL")
-    with tempfile.TemporaryDirectory(prefix="raydock-abuse-code-") as tmp:
-        root = Path(tmp)
-        for attack in (huge_directory, concurrent_uploads, rewritten_package, installer_attacks):
-            attack(root)
-    return sum(1 for *_, ok in ROWS if not ok)
+    return run_attacks("code", huge_directory, concurrent_uploads, rewritten_package, installer_attacks)
 
 
 if __name__ == "__main__":

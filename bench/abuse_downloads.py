@@ -18,19 +18,13 @@ Every loop is bounded. ``main()`` returns the number of rows that failed.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from bench.figures import row, run_attacks
 from tests import download_attacks as attacks
 
-ROWS: list[tuple[str, str, str, bool]] = []
 LIMIT = 8  # RAYDOCK_MAX_CONCURRENT_DOWNLOADS's default
 SEND_TIMEOUT_S = 12
-
-
-def row(what: str, figure: str, bound: str, ok: bool) -> None:
-    ROWS.append((what, figure, bound, ok))
-    print(f"{what} | {figure} | {bound} | {'ok' if ok else 'FAIL'}", flush=True)
 
 
 def stalled_downloads(root: Path, connections: int = 200) -> None:
@@ -68,13 +62,7 @@ def swapped_links(root: Path) -> None:
 
 
 def main() -> int:
-    ROWS.clear()
-    print("what | figure | bound | ok/FAIL")
-    with tempfile.TemporaryDirectory(prefix="raydock-abuse-downloads-") as tmp:
-        root = Path(tmp)
-        for attack in (stalled_downloads, swapped_links):
-            attack(root)
-    return sum(1 for *_, ok in ROWS if not ok)
+    return run_attacks("downloads", stalled_downloads, swapped_links)
 
 
 if __name__ == "__main__":

@@ -16,20 +16,13 @@ Every loop is bounded. ``main()`` returns the number of rows that failed.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
+from bench.figures import row, run_attacks
 from tests import attacks
-
-ROWS: list[tuple[str, str, str, bool]] = []
-
-
-def row(what: str, figure: str, bound: str, ok: bool) -> None:
-    ROWS.append((what, figure, bound, ok))
-    print(f"{what} | {figure} | {bound} | {'ok' if ok else 'FAIL'}", flush=True)
 
 
 def worker_failure_flood(root: Path) -> None:
@@ -77,13 +70,7 @@ def best_at_100k_reports(root: Path) -> None:
 
 
 def main() -> int:
-    ROWS.clear()
-    print("what | figure | bound | ok/FAIL")
-    with tempfile.TemporaryDirectory(prefix="raydock-abuse-events-") as tmp:
-        root = Path(tmp)
-        for attack in (worker_failure_flood, submits_under_a_pushing_search, best_at_100k_reports):
-            attack(root)
-    return sum(1 for *_, ok in ROWS if not ok)
+    return run_attacks("events", worker_failure_flood, submits_under_a_pushing_search, best_at_100k_reports)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,15 @@ Every loop is bounded. ``main()`` returns the number of rows that failed.
 
 from __future__ import annotations
 
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
+from bench.figures import row, run_attacks
 from tests import attacks, http_attacks
 from tests.jobstore import job_service, set_columns, submit
 from tests.servers import ServerProcess
-
-ROWS: list[tuple[str, str, str, bool]] = []
-
-
-def row(what: str, figure: str, bound: str, ok: bool) -> None:
-    ROWS.append((what, figure, bound, ok))
-    print(f"{what} | {figure} | {bound} | {'ok' if ok else 'FAIL'}", flush=True)
 
 
 def slowloris(root: Path) -> None:
@@ -113,19 +106,9 @@ def streams_past_the_cap(root: Path) -> None:
 
 
 def main() -> int:
-    ROWS.clear()
-    print("what | figure | bound | ok/FAIL")
-    with tempfile.TemporaryDirectory(prefix="raydock-abuse-http-") as tmp:
-        root = Path(tmp)
-        for attack in (
-            slowloris,
-            head_timeout,
-            token_before_body,
-            bulk_cancel_with_a_hung_dashboard,
-            streams_past_the_cap,
-        ):
-            attack(root)
-    return sum(1 for *_, ok in ROWS if not ok)
+    return run_attacks(
+        "http", slowloris, head_timeout, token_before_body, bulk_cancel_with_a_hung_dashboard, streams_past_the_cap
+    )
 
 
 if __name__ == "__main__":

@@ -15,19 +15,14 @@ one row per figure, ``what | figure | bound | ok/FAIL``:
 
 from __future__ import annotations
 
-import tempfile
+from functools import partial
 from pathlib import Path
 
+from bench.figures import row, run_attacks
 from service.events.replay import MAX_LINEAGE
 from tests import attacks
 
-ROWS: list[tuple[str, str, str, bool]] = []
 BOUND_S = 10.0
-
-
-def row(what: str, figure: str, bound: str, ok: bool) -> None:
-    ROWS.append((what, figure, bound, ok))
-    print(f"{what} | {figure} | {bound} | {'ok' if ok else 'FAIL'}", flush=True)
 
 
 def lineage(root: Path, depth: int) -> None:
@@ -49,12 +44,7 @@ def lineage(root: Path, depth: int) -> None:
 
 
 def main() -> int:
-    ROWS.clear()
-    print("what | figure | bound | ok/FAIL")
-    with tempfile.TemporaryDirectory(prefix="raydock-abuse-replay-") as tmp:
-        for depth in (3000, MAX_LINEAGE + 1):
-            lineage(Path(tmp), depth)
-    return sum(1 for *_, ok in ROWS if not ok)
+    return run_attacks("replay", partial(lineage, depth=3000), partial(lineage, depth=MAX_LINEAGE + 1))
 
 
 if __name__ == "__main__":
