@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import ClusterUnavailable, Conflict, NotFound, job_not_found
+from api.errors import ClusterUnavailable, Conflict, NotFound, Unauthorized, job_not_found
 from api.schemas import (
     CODE_REF_PREFIX,
     CancelledJobs,
@@ -42,7 +42,7 @@ from service.events import logs, series
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
-from service.events.tokens import check_token
+from service.events.tokens import token_matches
 from service.files import archive
 from service.settings import Settings
 
@@ -371,14 +371,16 @@ class JobService:
 
     # ------------------------------------------------------------------ events in
 
-    def check_events_token(self, job_id: str, token: str | None) -> bool:
-        return check_token(self.sessions, job_id, token)
-
-    def check_events_attempt(self, job_id: str, submission_id: str | None) -> None:
-        """A post must name the Ray submission id of the job's current attempt."""
+    def check_push(self, job_id: str, token: str | None, submission_id: str | None) -> None:
+        """An events post must carry the events token of the job's current attempt
+        (401 otherwise) and name that attempt's Ray submission id (409 otherwise): one
+        read of the job's row for both."""
         with self.sessions() as s:
-            row = s.execute(select(JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id == job_id)).first()
-        if not submission_id or row is None or submission_id not in (row.ray_job_id, row.submission_id):
+            q = select(JobRow.events_token_hash, JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id == job_id)
+            row = s.execute(q).first()
+        if row is None or not token_matches(row.events_token_hash, token):
+            raise Unauthorized("unknown job or wrong events token")
+        if not submission_id or submission_id not in (row.ray_job_id, row.submission_id):
             raise Conflict(
                 f"This post names {'no' if not submission_id else 'another'} attempt of job {job_id}; events are "
                 f"taken only from its current attempt, named by the {SUBMISSION_HEADER} header (its Ray submission id).",

@@ -13,11 +13,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
-
-from service.db.models import JobRow
-
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
@@ -29,10 +24,6 @@ def new_events_token() -> tuple[str, str]:
     return token, token_hash(token)
 
 
-def check_token(sessions: sessionmaker, job_id: str, token: str | None) -> bool:
-    """Whether ``token`` is the events token of the job's current attempt."""
-    if not token:
-        return False
-    with sessions() as s:
-        stored = s.scalar(select(JobRow.events_token_hash).where(JobRow.id == job_id))
-    return stored is not None and secrets.compare_digest(stored, token_hash(token))
+def token_matches(stored_hash: str | None, token: str | None) -> bool:
+    """Whether ``token`` is the one whose hash the job keeps (its current attempt's)."""
+    return bool(token) and stored_hash is not None and secrets.compare_digest(stored_hash, token_hash(token))

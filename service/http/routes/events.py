@@ -13,7 +13,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Response
 from pydantic import Field
 
-from api.errors import Unauthorized
 from api.schemas.events import SUBMISSION_HEADER
 from service.http.deps import JobId, Jobs, bearer_token
 
@@ -31,8 +30,6 @@ def push_events(
     authorization: Annotated[str | None, Header()] = None,
     submission_id: Annotated[str | None, Header(alias=SUBMISSION_HEADER, max_length=200)] = None,
 ) -> Response:
-    if not jobs.check_events_token(job_id, bearer_token(authorization)):
-        raise Unauthorized("unknown job or wrong events token")
-    jobs.check_events_attempt(job_id, submission_id)
+    jobs.check_push(job_id, bearer_token(authorization), submission_id)
     jobs.ingest(job_id, events if isinstance(events, list) else [events], push=True, submission_id=submission_id)
     return Response(status_code=204)
