@@ -25,6 +25,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from api.errors import RaydockError
 from service.settings import Settings
 
 log = logging.getLogger("raydock.connections")
@@ -50,15 +51,12 @@ def connection_cap(settings: Settings, fd_limit: int) -> int:
 
 
 def _timeout_body() -> bytes:
-    return json.dumps(
-        {
-            "error": {
-                "code": "request_timeout",
-                "message": "The request's headers did not arrive in time; send the whole request head at once.",
-                "details": None,
-            }
-        }
-    ).encode()
+    late = RaydockError(
+        "The request's headers did not arrive in time; send the whole request head at once.",
+        code="request_timeout",
+        status=408,
+    )
+    return json.dumps(late.to_body()).encode()  # the API's error format, as every other refusal
 
 
 class DeadlineProtocol(H11Protocol):
