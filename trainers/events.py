@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.errors import retry_after_s
 from api.schemas import Event, MetricEvent, event_line, jsonable
 from api.schemas.events import SUBMISSION_HEADER
 from trainers.launch import EventsChannel, read_launch
@@ -117,7 +118,7 @@ class _Pusher:
             except urllib.error.HTTPError as exc:
                 if exc.code != 429 or time.monotonic() >= deadline:
                     return  # refused: the log carries the events
-                time.sleep(_retry_after(exc.headers.get("Retry-After")))
+                time.sleep(_pause(retry_after_s(exc.headers)))
             except Exception:  # noqa: BLE001 - best effort; the log carries the event
                 return
 
@@ -127,12 +128,10 @@ class _Pusher:
             time.sleep(0.01)
 
 
-def _retry_after(value: str | None) -> float:
-    """The seconds a 429 asks to wait (0.05 to 5), with jitter so posts of one job spread out."""
-    try:
-        wait = float(value) if value else 1.0
-    except ValueError:
-        wait = 1.0
+def _pause(asked: float | None) -> float:
+    """The seconds a 429 asks to wait (0.05 to 5; 1 when it does not say), with jitter so
+    posts of one job spread out."""
+    wait = 1.0 if asked is None else asked
     return min(max(wait, 0.05), 5.0) * random.uniform(0.5, 1.0)
 
 
