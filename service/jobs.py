@@ -1,5 +1,5 @@
-"""The job service: submit, read and control jobs. Route handlers call this and nothing
-else; it never waits on training. Submission only records the job (QUEUED); the monitor
+"""The job service: submit and control jobs (reading them is ``service/job_reads.py``).
+Route handlers call this and nothing else; it never waits on training. Submission only records the job (QUEUED); the monitor
 starts it on the cluster (``service.attempts``), and what running jobs report comes in
 through ``service.events.ingest``."""
 
@@ -9,24 +9,20 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
-from api.errors import ClusterUnavailable, Conflict, NotFound, Unauthorized, job_not_found
+from api.errors import ClusterUnavailable, Conflict, NotFound, Unauthorized
 from api.schemas import (
     CODE_REF_PREFIX,
     CancelledJobs,
     CancelRefusal,
-    CheckpointPublic,
-    JobList,
     JobPublic,
     JobSpec,
     JobStatus,
-    MetricPoint,
     code_spec,
 )
 from api.schemas.events import SUBMISSION_HEADER
@@ -34,16 +30,15 @@ from service import admission, lifecycle, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
-from service.db import job_records, listing, purge
+from service.db import job_records, purge
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
-from service.events import logs, series
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
 from service.events.tokens import token_matches
-from service.files import archive
+from service.job_reads import JobReads
 from service.settings import Settings
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
@@ -54,10 +49,9 @@ def body_hash(spec: JobSpec) -> str:
     return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-class JobService:
+class JobService(JobReads):
     def __init__(self, settings: Settings, sessions: sessionmaker, backend: RayBackend):
-        self.settings = settings
-        self.sessions = sessions
+        super().__init__(settings, sessions)
         self.backend = backend
         self.events = Ingest(
             sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings)
@@ -66,11 +60,6 @@ class JobService:
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
         self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code/packages.py)
-        self.reads = job_records.LoopReads(sessions.kw["bind"])
-
-    def prefix(self, job_id: str) -> str:
-        """The job's own storage prefix: everything it may write and we may read for it."""
-        return storage.job_prefix(self.settings.resolved_storage_path, job_id)
 
     # ------------------------------------------------------------------ submit
 
@@ -151,107 +140,6 @@ class JobService:
                 code="idempotency_key_reused",
             )
         return self.get(row.id)
-
-    # ------------------------------------------------------------------ read
-
-    def _job(self, s: Session, job_id: str) -> JobRow:
-        job = s.get(JobRow, job_id)
-        if job is None:
-            self._job_missing(job_id)
-        return job
-
-    @staticmethod
-    def _job_missing(job_id: str):
-        raise job_not_found(job_id)
-
-    def get(self, job_id: str) -> JobPublic:
-        job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor
-        return job if job is not None else self._job_missing(job_id)
-
-    async def read(self, job_id: str) -> JobPublic:
-        """``get`` for the event loop (``service/db/job_records.py``)."""
-        job = await self.reads.job(job_id)
-        return job if job is not None else self._job_missing(job_id)
-
-    def list(
-        self,
-        *,
-        status: JobStatus | None,
-        labels: dict[str, str],
-        limit: int,
-        offset: int = 0,
-        cursor: str | None = None,
-    ) -> JobList:
-        """Newest first; ``cursor`` (a page's ``next``) continues after that page."""
-        with self.sessions() as s:
-            rows, total, after = listing.page(
-                s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor
-            )
-            return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
-
-    def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
-        """A page of reports with seq > since, and whether more follow (``service/events/series.py``)."""
-        with self.sessions() as s:
-            self._job(s, job_id)
-            return series.page(s, job_id, since, limit)
-
-    def metrics_downsampled(
-        self, job_id: str, since: int, max_points: int, until: int | None = None
-    ) -> list[MetricPoint]:
-        with self.sessions() as s:
-            self._job(s, job_id)
-            return series.downsample(s, job_id, since, max_points, until)
-
-    def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
-        """Stored log text from character ``offset`` on (a few MiB at most) and the offset
-        after it (``service/events/logs.py``)."""
-        with self.sessions() as s:
-            self._job(s, job_id)
-            return logs.read(s, job_id, offset)
-
-    def log_stream(self, job_id: str, offset: int = 0) -> Iterator[str]:
-        """All stored log text from ``offset`` on, piece by piece."""
-        self.get(job_id)
-        return logs.stream(self.sessions, job_id, offset)
-
-    def is_terminal(self, job_id: str) -> bool:
-        return self.get(job_id).status.is_terminal()
-
-    def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
-        with self.sessions() as s:
-            self._job(s, job_id)
-            rows = s.scalars(
-                select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)
-            ).all()
-        # Ray Train deletes checkpoints beyond `checkpoint.keep`; list only those still stored
-        # (and, checked again, only inside the job's own prefix).
-        prefix = self.prefix(job_id)
-        return [
-            CheckpointPublic(
-                id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
-            )
-            for r in rows
-            if storage.owned(r.path, prefix) and storage.exists(r.path)
-        ]
-
-    def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
-        with self.sessions() as s:
-            self._job(s, job_id)
-            row = s.get(CheckpointRow, checkpoint_id)
-        prefix = self.prefix(job_id)
-        if row is None or row.job_id != job_id or not storage.owned(row.path, prefix):
-            raise NotFound(
-                f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints."
-            )
-        if not storage.exists(row.path):
-            raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
-        try:
-            pieces = archive.checkpoint_tar(row.path, prefix)
-        except OSError:  # swapped for a link or a file since it was listed
-            raise NotFound(
-                f"Checkpoint {checkpoint_id} of job {job_id} is no longer a directory inside the job's storage."
-            ) from None
-        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", pieces
 
     # ------------------------------------------------------------------ control
 

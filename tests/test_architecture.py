@@ -45,7 +45,7 @@ SERVICE_ROOMS: dict[str, set[str]] = {
     "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {"service.db", "service.settings"},
-    "service.dashboard": {"service.jobs", "service.db", "service.events", "service.settings"},
+    "service.dashboard": {"service.jobs", "service.job_reads", "service.db", "service.events", "service.settings"},
 }
 # Rooms only the named modules may import: the command line is a leaf.
 PRIVATE_ROOMS = {"service.cli": ()}

@@ -1,0 +1,130 @@
+"""Reading jobs: one job, the list, and what a job left behind (its reports, log and
+checkpoints). ``JobService`` (``service/jobs.py``) adds submitting and controlling them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.errors import NotFound, job_not_found
+from api.schemas import CheckpointPublic, JobList, JobPublic, JobStatus, MetricPoint
+from service import storage
+from service.db import job_records, listing
+from service.db.event_models import CheckpointRow
+from service.db.job_records import to_public
+from service.db.models import JobRow
+from service.events import logs, series
+from service.files import archive
+from service.settings import Settings
+
+
+class JobReads:
+    def __init__(self, settings: Settings, sessions: sessionmaker):
+        self.settings = settings
+        self.sessions = sessions
+        self.reads = job_records.LoopReads(sessions.kw["bind"])
+
+    def prefix(self, job_id: str) -> str:
+        """The job's own storage prefix: everything it may write and we may read for it."""
+        return storage.job_prefix(self.settings.resolved_storage_path, job_id)
+
+    def _job(self, s: Session, job_id: str) -> JobRow:
+        job = s.get(JobRow, job_id)
+        if job is None:
+            self._job_missing(job_id)
+        return job
+
+    @staticmethod
+    def _job_missing(job_id: str):
+        raise job_not_found(job_id)
+
+    def get(self, job_id: str) -> JobPublic:
+        job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor
+        return job if job is not None else self._job_missing(job_id)
+
+    async def read(self, job_id: str) -> JobPublic:
+        """``get`` for the event loop (``service/db/job_records.py``)."""
+        job = await self.reads.job(job_id)
+        return job if job is not None else self._job_missing(job_id)
+
+    def list(
+        self,
+        *,
+        status: JobStatus | None,
+        labels: dict[str, str],
+        limit: int,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> JobList:
+        """Newest first; ``cursor`` (a page's ``next``) continues after that page."""
+        with self.sessions() as s:
+            rows, total, after = listing.page(
+                s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor
+            )
+            return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
+
+    def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
+        """A page of reports with seq > since, and whether more follow (``service/events/series.py``)."""
+        with self.sessions() as s:
+            self._job(s, job_id)
+            return series.page(s, job_id, since, limit)
+
+    def metrics_downsampled(
+        self, job_id: str, since: int, max_points: int, until: int | None = None
+    ) -> list[MetricPoint]:
+        with self.sessions() as s:
+            self._job(s, job_id)
+            return series.downsample(s, job_id, since, max_points, until)
+
+    def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
+        """Stored log text from character ``offset`` on (a few MiB at most) and the offset
+        after it (``service/events/logs.py``)."""
+        with self.sessions() as s:
+            self._job(s, job_id)
+            return logs.read(s, job_id, offset)
+
+    def log_stream(self, job_id: str, offset: int = 0) -> Iterator[str]:
+        """All stored log text from ``offset`` on, piece by piece."""
+        self.get(job_id)
+        return logs.stream(self.sessions, job_id, offset)
+
+    def is_terminal(self, job_id: str) -> bool:
+        return self.get(job_id).status.is_terminal()
+
+    def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
+        with self.sessions() as s:
+            self._job(s, job_id)
+            rows = s.scalars(
+                select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)
+            ).all()
+        # Ray Train deletes checkpoints beyond `checkpoint.keep`; list only those still stored
+        # (and, checked again, only inside the job's own prefix).
+        prefix = self.prefix(job_id)
+        return [
+            CheckpointPublic(
+                id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
+            )
+            for r in rows
+            if storage.owned(r.path, prefix) and storage.exists(r.path)
+        ]
+
+    def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
+        with self.sessions() as s:
+            self._job(s, job_id)
+            row = s.get(CheckpointRow, checkpoint_id)
+        prefix = self.prefix(job_id)
+        if row is None or row.job_id != job_id or not storage.owned(row.path, prefix):
+            raise NotFound(
+                f"Job {job_id} has no checkpoint {checkpoint_id}. List them with GET /v1/jobs/{job_id}/checkpoints."
+            )
+        if not storage.exists(row.path):
+            raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
+        try:
+            pieces = archive.checkpoint_tar(row.path, prefix)
+        except OSError:  # swapped for a link or a file since it was listed
+            raise NotFound(
+                f"Checkpoint {checkpoint_id} of job {job_id} is no longer a directory inside the job's storage."
+            ) from None
+        return f"{job_id}-checkpoint-{checkpoint_id}.tar.gz", pieces
