@@ -25,7 +25,7 @@ import httpx
 
 from api import archives
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
-from api.errors import RaydockError, error_from_body, retry_after_s
+from api.errors import Busy, RaydockError, error_from_body, retry_after_s
 from api.schemas import (
     MAX_CANCEL_IDS,
     BestTrialPublic,
@@ -49,6 +49,22 @@ from api.schemas import (
 DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
 
 
+def raise_for_error(r: httpx.Response) -> httpx.Response:
+    """The response, or the server's error raised as its ``api.errors`` class (a 429's
+    ``Busy`` carries the Retry-After seconds)."""
+    if r.status_code < 400:
+        return r
+    r.read()
+    try:
+        body = r.json()
+    except ValueError:
+        body = r.text
+    err = error_from_body(r.status_code, body)
+    if isinstance(err, Busy):
+        err.retry_after_s = retry_after_s(r.headers)
+    raise err
+
+
 class Client:
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -68,17 +84,7 @@ class Client:
     # ------------------------------------------------------------------ http
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        r = self.http.request(method, path, **kwargs)
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-            except ValueError:
-                body = r.text
-            err = error_from_body(r.status_code, body)
-            if r.status_code == 429:
-                err.retry_after_s = retry_after_s(r.headers)  # type: ignore[attr-defined]
-            raise err
-        return r
+        return raise_for_error(self.http.request(method, path, **kwargs))
 
     # ------------------------------------------------------------------ jobs
 
@@ -238,9 +244,7 @@ class Job:
         with self.client.http.stream(
             "GET", f"/v1/jobs/{self.id}/metrics/stream", params={"since": since}, timeout=None
         ) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise error_from_body(r.status_code, r.json())
+            raise_for_error(r)
             event = None
             for line in r.iter_lines():
                 if line.startswith("event:"):
@@ -258,9 +262,7 @@ class Job:
 
     def _follow_logs(self) -> Iterator[str]:
         with self.client.http.stream("GET", f"/v1/jobs/{self.id}/logs", params={"follow": True}, timeout=None) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise error_from_body(r.status_code, r.json())
+            raise_for_error(r)
             yield from r.iter_text()
 
     def worker_groups(self) -> list[WorkerGroupPublic]:
@@ -309,9 +311,7 @@ class Job:
         # Written to disk as it arrives, then unpacked from there: memory stays flat whatever the size.
         with tempfile.TemporaryFile(dir=target) as archive:
             with self.client.http.stream("GET", f"/v1/jobs/{self.id}/checkpoints/{cid}/download", timeout=None) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise error_from_body(r.status_code, r.json())
+                raise_for_error(r)
                 for piece in r.iter_bytes(DOWNLOAD_PIECE):
                     archive.write(piece)
             archive.seek(0)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Protocol
 import httpx
 
 from api.code_package import Package, build_package
-from api.errors import RaydockError
+from api.errors import Busy
 from api.schemas import CodeLimits, JobSpec, code_spec
 
 
@@ -94,11 +94,11 @@ def _send(client: Client, package: Package, progress: Progress | None) -> CodeUp
     while True:
         try:
             r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
-        except RaydockError as exc:
+        except Busy as exc:
             # The server takes a bounded number of uploads at once and says when to come back.
             if exc.code != "too_many_uploads" or waited >= BUSY_WAIT_S:
                 raise
-            pause = min(BUSY_WAIT_S - waited, max(1.0, getattr(exc, "retry_after_s", None) or 1.0))
+            pause = min(BUSY_WAIT_S - waited, max(1.0, exc.retry_after_s or 1.0))
             time.sleep(pause)
             waited += pause
             continue

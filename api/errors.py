@@ -65,6 +65,19 @@ class ClusterUnavailable(RaydockError):
     status, code = 503, "cluster_unavailable"
 
 
+class Busy(RaydockError):
+    """The server is doing as many of something as it takes at once (downloads, uploads,
+    streams, a job's events post); the ``code`` says which. Retry after ``retry_after_s``."""
+
+    status, code = 429, "busy"
+    retry_after_s: float | None = None
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
+
+
 class CodeTooLarge(InvalidSpec):
     """A job's code over the size or file-count cap (413 on upload; 422 for a server path)."""
 
@@ -77,7 +90,7 @@ _BY_CODE: dict[str, type[RaydockError]] = {
 }
 # A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
 _BY_STATUS: dict[int, type[RaydockError]] = {
-    c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable)
+    c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable, Busy)
 }
 
 

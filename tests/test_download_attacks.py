@@ -11,6 +11,8 @@ import time
 import httpx
 import pytest
 
+from api.client import Client
+from api.errors import Busy
 from service.db.event_models import CheckpointRow
 from tests import download_attacks as attacks
 
@@ -121,7 +123,7 @@ def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
     assert f.fresh_download_status == 200 and f.freed_after_s < send_timeout_s + 10
 
 
-def test_one_download_too_many_is_429_with_a_code_and_retry_after(target):
+def test_one_download_too_many_is_429_with_a_code_and_retry_after(target, tmp_path):
     job_id = target.running_job()
     row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(8 << 20)})
     socks = [attacks.stalled_download(target, attacks.download_path(job_id, row_id)) for _ in range(LIMIT)]
@@ -131,6 +133,9 @@ def test_one_download_too_many_is_429_with_a_code_and_retry_after(target):
         assert r.status_code == 429 and r.headers["Retry-After"] == "5"
         assert r.json()["error"]["code"] == "too_many_downloads"
         assert "RAYDOCK_MAX_CONCURRENT_DOWNLOADS" in r.json()["error"]["message"]
+        with Client(target.url) as sdk, pytest.raises(Busy) as refused:  # the SDK says the same, as its own class
+            sdk.job(job_id).download_checkpoint(row_id, tmp_path)
+        assert refused.value.code == "too_many_downloads" and refused.value.retry_after_s == 5
     finally:
         for s in socks:
             s.close()

@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.code_package import module_in_package, reserved_names
-from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound, RaydockError
+from api.errors import Busy, CodeTooLarge, Conflict, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
 from service.code.package_zip import check_zip
@@ -51,7 +51,7 @@ CODE_DIR = "_code"  # under the storage path, beside the jobs' prefixes (job ids
 READ_CHUNK = 1 << 20
 
 
-class TooManyUploads(RaydockError):
+class TooManyUploads(Busy):
     """More uploads at once than the server takes in (each holds a temp file, a hash and a zip check)."""
 
     status, code = 429, "too_many_uploads"

@@ -15,14 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api.errors import RaydockError
+from api.errors import Busy, RaydockError
 from api.schemas.events import parse_event
 
 SEARCH_TYPES = frozenset({"trial_metric", "trial", "exploit", "best_trial"})
 RETRY_AFTER_S = 1
 
 
-class PushBusy(RaydockError):
+class PushBusy(Busy):
     """Another post of this job's events is being stored."""
 
     status, code = 429, "events_push_in_flight"

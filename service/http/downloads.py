@@ -15,14 +15,14 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from api.errors import RaydockError
+from api.errors import Busy
 
 log = logging.getLogger("raydock.api")
 
 RETRY_AFTER_S = 5
 
 
-class TooManyDownloads(RaydockError):
+class TooManyDownloads(Busy):
     """As many checkpoint downloads as the server serves at once are under way."""
 
     status, code = 429, "too_many_downloads"

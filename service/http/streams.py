@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import RaydockError
+from api.errors import Busy
 
 METRICS_STREAM = re.compile(r"^/v1/jobs/[^/]+/metrics/stream/?$")
 LOGS = re.compile(r"^/v1/jobs/[^/]+/logs/?$")
@@ -38,13 +38,13 @@ class StreamCap:
         if scope["type"] != "http" or scope["method"] != "GET" or not is_stream(scope):
             return await self.app(scope, receive, send)
         if self.open >= self.max_streams:
-            err = RaydockError(
+            err = Busy(
                 f"The server has {self.open} streams open, its limit (RAYDOCK_MAX_STREAMS={self.max_streams}). "
                 "Close a stream, poll instead (GET .../metrics?since=, GET .../logs?offset=), or retry later.",
                 code="too_many_streams",
-                status=429,
+                retry_after_s=RETRY_AFTER_S,
             )
-            response = JSONResponse(err.to_body(), status_code=429, headers={"Retry-After": str(RETRY_AFTER_S)})
+            response = JSONResponse(err.to_body(), status_code=err.status, headers={"Retry-After": str(RETRY_AFTER_S)})
             return await response(scope, receive, send)
         self.open += 1
         try:
