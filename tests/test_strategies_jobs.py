@@ -131,10 +131,16 @@ def test_digits_mlp_with_async_parameter_server_learns_within_the_staleness_boun
         "strategy": "parameter_server",
         "parameter_server": {"num_servers": 2, "mode": "async", "staleness": 1},
     }
-    spec = digits_spec(name="digits-ps", epochs=4, batch_size=32, parallelism=parallelism)
+    schedule = {
+        "unit": "epoch",
+        "intervals": [{"at": 0, "values": {"optimizer.lr": 0.01}}, {"at": 2, "values": {"optimizer.lr": 0.004}}],
+    }
+    spec = digits_spec(name="digits-ps", epochs=4, batch_size=32, parallelism=parallelism, schedule=schedule)
     _, series = run_job(http, spec)
     assert [m["epoch"] for m in series] == [1, 2, 3, 4]
     assert series[-1]["val_acc"] >= 0.9
+    # The servers step with the schedule's lr, not only the workers' copies of it.
+    assert [m["server_lr"] for m in series] == pytest.approx([0.01, 0.01, 0.004, 0.004])
     # No worker pushed while more than 1 step ahead of the slowest.
     assert max(m["max_ahead"] for m in series) <= 1
     # Async: one server update per pushed gradient, from each of the 2 workers.

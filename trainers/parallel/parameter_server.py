@@ -46,14 +46,23 @@ from trainers.parallel.plan import ModelPlan
 
 
 class ServerOptimizer:
-    """The servers' optimizers as a training loop sees them: ``param_groups`` holds the
-    hyperparameters the servers were started with (what a loop reports as ``lr``), and
-    ``state`` is empty, since this worker holds no optimizer state. Values set here stay
-    on this worker: the servers keep the ones they were started with."""
+    """The servers' optimizers as a training loop sees them: ``param_groups`` holds their
+    hyperparameters (what a loop reports as ``lr``), and ``state`` is empty, since this
+    worker holds no optimizer state. Values a loop sets here (a schedule's lr) reach the
+    servers before this worker's next push (``ParameterServerModel._apply_grads``)."""
 
     def __init__(self, param_groups: list[dict]):
         self.param_groups = param_groups
         self.state: dict = {}
+        self._sent = [dict(g) for g in param_groups]
+
+    def changed(self) -> list[dict] | None:
+        """The groups' values when they differ from those last handed to the servers."""
+        now = [dict(g) for g in self.param_groups]
+        if now == self._sent:
+            return None
+        self._sent = now
+        return now
 
 
 class ParameterServerModel(ParallelModel):
@@ -130,7 +139,11 @@ class ParameterServerModel(ParallelModel):
     # -- the training step ----------------------------------------------------------
 
     def _apply_grads(self) -> None:
-        """Push this worker's gradient to the servers; pull the parts that are too old."""
+        """Push this worker's gradient to the servers; pull the parts that are too old.
+        Changed hyperparameters (every worker applies the same schedule) go first, from
+        rank 0, and are in place on every server before its push."""
+        if (groups := self.optimizer.changed()) is not None and dist.get_rank() == 0:
+            ray.get([s.set_hyperparameters.remote(groups) for s in self.servers])
         server_versions = self._push()
         self.module.zero_grad(set_to_none=True)
         self.step += 1
@@ -148,12 +161,13 @@ class ParameterServerModel(ParallelModel):
         dist.barrier()
         self.pull_all()
 
-    def server_stats(self) -> dict[str, int]:
+    def server_stats(self) -> dict[str, float]:
         stats = ray.get([s.stats.remote() for s in self.servers])
         return {
             "server_version": min(s["version"] for s in stats),
             "max_ahead": max(s["max_ahead"] for s in stats),
             "max_grad_staleness": max(s["max_grad_staleness"] for s in stats),
+            "server_lr": max(s["lr"] for s in stats),  # what the servers step with (one value while all agree)
         }
 
     # -- checkpoints ----------------------------------------------------------------

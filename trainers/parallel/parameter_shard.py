@@ -91,11 +91,17 @@ class ParameterShard:
             "version": self.version,
             "max_ahead": self.max_ahead,
             "max_grad_staleness": self.max_grad_staleness,
+            "lr": self.optimizer.param_groups[0]["lr"],
         }
 
     def hyperparameters(self) -> list[dict]:
         """The optimizer's param groups without their parameters (lr, weight decay, ...)."""
         return [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+
+    def set_hyperparameters(self, groups: list[dict]) -> None:
+        """New values for the optimizer's groups (a schedule's lr), from the next step on."""
+        for group, values in zip(self.optimizer.param_groups, groups):
+            group.update({k: v for k, v in values.items() if k != "params" and k in group})
 
     def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Overwrite the weights (optimizer state stays as it is)."""
