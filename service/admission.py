@@ -15,8 +15,12 @@ from datetime import datetime
 
 from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, FailureCause, JobSpec, TuneSpec
+from api.schemas.scaling import ACCELERATOR_PREFIX, ScalingSpec
 
 Resources = tuple[float, float]  # (CPUs, GPUs)
+# What a job asks beyond CPUs and GPUs, by Ray resource name: memory (bytes), custom
+# resources, and "accelerator_type:<name>" counting GPUs on nodes of that type.
+Extra = dict[str, float]
 EPS = 1e-9
 
 
@@ -27,7 +31,7 @@ def trial_demand(spec: TuneSpec) -> Resources:
     """(CPUs, GPUs) one running trial of a search holds."""
     s = spec.base.scaling
     # An elastic base (num_workers {min, max}) may grow to max in every trial.
-    return s.max_workers * s.cpus_per_worker + spec.driver_cpus_per_trial, float(s.max_workers if s.use_gpu else 0)
+    return s.max_workers * s.cpus_per_worker + spec.driver_cpus_per_trial, s.max_workers * s.gpus
 
 
 def search_demand(spec: TuneSpec) -> Resources:
@@ -41,7 +45,7 @@ def demand(spec: JobSpec) -> Resources:
     if spec.kind == "tune":
         return search_demand(spec)
     s = spec.scaling
-    return s.min_workers * s.cpus_per_worker, float(s.min_workers if s.use_gpu else 0)
+    return s.min_workers * s.cpus_per_worker, s.min_workers * s.gpus
 
 
 def holds(spec: JobSpec) -> Resources:
@@ -51,7 +55,65 @@ def holds(spec: JobSpec) -> Resources:
     scaling = getattr(spec, "scaling", None)
     if scaling is None or not scaling.is_elastic:
         return demand(spec)
-    return scaling.max_workers * scaling.cpus_per_worker, float(scaling.max_workers if scaling.use_gpu else 0)
+    return scaling.max_workers * scaling.cpus_per_worker, scaling.max_workers * scaling.gpus
+
+
+def _extra(s: ScalingSpec, workers: int) -> Extra:
+    return {k: v * workers for k, v in s.extra_resources().items()}
+
+
+def extra_demand(spec: JobSpec) -> Extra:
+    """What the job needs to start beyond CPUs and GPUs (``demand``'s other resources)."""
+    if spec.kind == "tune":
+        return _extra(spec.base.scaling, spec.concurrency * spec.base.scaling.max_workers)
+    return _extra(spec.scaling, spec.scaling.min_workers)
+
+
+def extra_holds(spec: JobSpec) -> Extra:
+    """What a started job may take beyond CPUs and GPUs (``holds``'s other resources)."""
+    if spec.kind == "tune":
+        return extra_demand(spec)
+    return _extra(spec.scaling, spec.scaling.max_workers)
+
+
+def extra_free(info: ClusterInfo, held: Iterable[Extra]) -> Extra:
+    """What the queue may still use of each resource beyond CPUs and GPUs: the alive
+    nodes' totals (an accelerator type: the GPUs of the nodes that have it), what the
+    autoscaler can add (unbounded where its limits are unknown), less what our started
+    jobs hold."""
+    total: Extra = {}
+    for n in info.nodes:
+        if n.alive:
+            _add_node(total, n.resources, 1.0)
+    for t in info.autoscaler.node_types if info.autoscaler else []:
+        room = float("inf") if t.max_workers is None else max(0, t.max_workers - t.running)
+        if room > 0:
+            _add_node(total, t.resources, room)
+    for h in held:
+        for k, v in h.items():
+            total[k] = total.get(k, 0.0) - v
+    return total
+
+
+def _add_node(total: Extra, resources: dict[str, float], count: float) -> None:
+    for k, v in resources.items():
+        if k in ("CPU", "GPU"):
+            continue
+        amount = resources.get("GPU", 0.0) if k.startswith(ACCELERATOR_PREFIX) else v
+        total[k] = total.get(k, 0.0) + amount * count
+
+
+def extra_words(extra: Extra) -> str:
+    """What ``extra`` asks, in words: "2 x A100 GPU, 8 GiB memory, 1 infiniband"."""
+    parts = []
+    for k, v in extra.items():
+        if k.startswith(ACCELERATOR_PREFIX):
+            parts.append(f"{v:g} x {k.removeprefix(ACCELERATOR_PREFIX)} GPU")
+        elif k == "memory":
+            parts.append(f"{v / 2**30:g} GiB memory")
+        else:
+            parts.append(f"{v:g} {k}")
+    return ", ".join(parts)
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -68,7 +130,7 @@ def capacity_refusal(spec: JobSpec, max_cpus: float, max_gpus: float, has_autosc
     s = spec.scaling
     need = f"{s.min_workers} workers x {s.cpus_per_worker:g} CPU"
     if s.use_gpu:
-        need += " + 1 GPU"
+        need += f" + {s.gpus:g} GPU"
     if s.is_elastic:
         need = f"at least {need} (scaling.num_workers.min)"
     scaler = "counting what its autoscaler can add" if has_autoscaler else "and no autoscaler"
@@ -127,6 +189,7 @@ class Queued:
     queued_at: datetime | None
     scheduling_timeout_s: float | None = None
     reason: str | None = None  # its status reason now
+    extra: Extra = field(default_factory=dict)  # beyond CPUs and GPUs (extra_demand)
 
 
 @dataclass(frozen=True)
@@ -172,23 +235,33 @@ def free(cluster: ClusterInfo, held: list[Resources], addable: Resources) -> Res
     return cpus, gpus
 
 
-def plan(queue: Iterable[Queued], available: Resources) -> Plan:
+def plan(queue: Iterable[Queued], available: Resources, extra: Extra | None = None) -> Plan:
     """Which jobs of ``queue`` (in queue order, those that can ever fit) start now with
-    ``available`` (CPUs, GPUs) free. One pass that stops at the first job that does not
-    fit: a later job never overtakes a waiting one, so the rest of the queue (which the
-    caller need not even read) waits ``BEHIND`` it. Lists only reasons that change."""
+    ``available`` (CPUs, GPUs) and ``extra`` (``extra_free``) free. One pass that stops at
+    the first job that does not fit: a later job never overtakes a waiting one, so the
+    rest of the queue (which the caller need not even read) waits ``BEHIND`` it. Lists
+    only reasons that change."""
     out = Plan()
     free_cpus, free_gpus = available
+    free_extra = dict(extra or {})
     for job in queue:
         out.seen.add(job.id)
+        short = {k: v for k, v in job.extra.items() if v > free_extra.get(k, 0.0) + EPS}
         if job.cpus > free_cpus + EPS or job.gpus > free_gpus + EPS:
             reason = (
                 f"waiting for resources: needs {job.cpus:g} CPUs / {job.gpus:g} GPUs, "
                 f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free"
             )
-            if job.reason != reason:
-                out.reasons[job.id] = reason
-            break
-        out.start.append(job.id)
-        free_cpus, free_gpus = free_cpus - job.cpus, free_gpus - job.gpus
+        elif short:
+            have = {k: max(free_extra.get(k, 0.0), 0.0) for k in short}
+            reason = f"waiting for resources: needs {extra_words(short)}, {extra_words(have)} free"
+        else:
+            out.start.append(job.id)
+            free_cpus, free_gpus = free_cpus - job.cpus, free_gpus - job.gpus
+            for k, v in job.extra.items():
+                free_extra[k] = free_extra.get(k, 0.0) - v
+            continue
+        if job.reason != reason:
+            out.reasons[job.id] = reason
+        break
     return out

@@ -26,7 +26,7 @@ from api.schemas import (
     code_spec,
 )
 from api.schemas.events import SUBMISSION_HEADER
-from service import admission, lifecycle, queue, storage
+from service import admission, lifecycle, node_fit, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
@@ -76,6 +76,8 @@ class JobService(JobReads):
         except ClusterUnavailable:
             return  # the job waits QUEUED for the cluster; admission checks again
         max_cpus, max_gpus = admission.max_capacity(info, extra)
+        if (refusal := node_fit.refusal(spec, info)) is not None:  # what no node has (an accelerator type, ...)
+            raise refusal
         if (refusal := admission.capacity_refusal(spec, max_cpus, max_gpus, info.autoscaler is not None)) is not None:
             raise refusal
 

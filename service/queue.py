@@ -30,6 +30,8 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
         "demand_gpus": gpus,
         "holds_cpus": holds_cpus,
         "holds_gpus": holds_gpus,
+        "demand_extra": admission.extra_demand(spec) or None,
+        "holds_extra": admission.extra_holds(spec) or None,
         "priority": getattr(spec, "priority", 0),
         "scheduling_timeout_s": spec.scheduling_timeout_s,
         "max_runtime_s": spec.max_runtime_s,
@@ -43,7 +45,15 @@ def in_order(query: Select) -> Select:
 
 def _queued(row) -> admission.Queued:
     at = aware(row.queued_at) if row.queued_at else None
-    return admission.Queued(row.id, row.demand_cpus, row.demand_gpus, at, row.scheduling_timeout_s, row.status_reason)
+    return admission.Queued(
+        row.id,
+        row.demand_cpus,
+        row.demand_gpus,
+        at,
+        row.scheduling_timeout_s,
+        row.status_reason,
+        extra=row.demand_extra or {},
+    )
 
 
 _QUEUED_COLUMNS = (
@@ -54,6 +64,7 @@ _QUEUED_COLUMNS = (
     JobRow.queued_at,
     JobRow.scheduling_timeout_s,
     JobRow.status_reason,
+    JobRow.demand_extra,
 )
 
 
@@ -129,11 +140,15 @@ def in_flight(s: Session) -> list[str]:
     return [r.id for r in _submitting(s, JobRow.id)]
 
 
-def held(s: Session, active: tuple[str, ...]) -> list[admission.Resources]:
-    """What the started jobs, and those being submitted, hold."""
-    started = list(s.execute(select(JobRow.holds_cpus, JobRow.holds_gpus).where(JobRow.status.in_(active))))
-    rows = started + _submitting(s, JobRow.holds_cpus, JobRow.holds_gpus)
-    return [(r.holds_cpus, r.holds_gpus) for r in rows if r.holds_cpus is not None]
+def held(s: Session, active: tuple[str, ...]) -> tuple[list[admission.Resources], list[admission.Extra]]:
+    """What the started jobs, and those being submitted, hold: (CPUs, GPUs) each, and
+    what the few that ask for more hold beyond them."""
+    columns = (JobRow.holds_cpus, JobRow.holds_gpus, JobRow.holds_extra)
+    rows = list(s.execute(select(*columns).where(JobRow.status.in_(active)))) + _submitting(s, *columns)
+    return (
+        [(r.holds_cpus, r.holds_gpus) for r in rows if r.holds_cpus is not None],
+        [r.holds_extra for r in rows if r.holds_extra],
+    )
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class QueueKeeper:
             if self._marks is None:
                 self._type_old_jobs(s)
             in_flight = queue.in_flight(s)
-            held = queue.held(s, self.active)
+            held, held_extra = queue.held(s, self.active)
             late = admission.overdue(queue.with_deadline(s), utcnow())
             full = self._marks is None or time.monotonic() - self._full_pass_at >= FULL_PASS_S
             touched = None if full else queue.touched_since(s, self._marks)
@@ -69,7 +69,8 @@ class QueueKeeper:
         self.fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None))
         skip = {f.job_id for f in late} | set(too_big)
         with self.sessions() as s:
-            plan = admission.plan(queue.head(s, skip=skip), admission.free(info, held, extra))
+            free_extra = admission.extra_free(info, held_extra)
+            plan = admission.plan(queue.head(s, skip=skip), admission.free(info, held, extra), free_extra)
         self._tell(plan, admission.BEHIND, touched, now_marks)
         return in_flight + plan.start
 

@@ -10,6 +10,7 @@ nothing depends on ``~/.ray`` or any file outside the checkout and the run's tem
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -60,9 +61,18 @@ def session_token_path() -> Path:
     return Path(os.environ["RAY_AUTH_TOKEN_PATH"])
 
 
+SESSION_RESOURCES = {"raydock_slot": 4}
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> LocalHead:
-    head = start_head(tmp_path_factory.mktemp("ray"), num_cpus=CLUSTER_CPUS, auth_token_path=session_token_path())
+    # A custom resource, so jobs asking for one (scaling.resources_per_worker) have a node that holds it.
+    head = start_head(
+        tmp_path_factory.mktemp("ray"),
+        num_cpus=CLUSTER_CPUS,
+        auth_token_path=session_token_path(),
+        extra_args=[f"--resources={json.dumps(SESSION_RESOURCES)}"],
+    )
     yield head
     head.stop()
 

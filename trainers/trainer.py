@@ -59,7 +59,9 @@ def scaling_config(spec: TrainSpec) -> ScalingConfig:
     return ScalingConfig(
         num_workers=(s.min_workers, s.max_workers) if s.is_elastic else s.num_workers,
         use_gpu=s.use_gpu,
-        resources_per_worker={"CPU": s.cpus_per_worker, **({"GPU": 1} if s.use_gpu else {})},
+        resources_per_worker=s.worker_resources(),
+        accelerator_type=s.accelerator_type,
+        placement_strategy=s.placement_strategy,
         **extra,
     )
 

@@ -50,6 +50,10 @@ class NodeInfo(BaseModel):
     is_head: bool
     cpus: float
     gpus: float
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Everything the node offers as Ray counts it: CPU, GPU, memory (bytes), accelerator_type:<name>, custom resources.",
+    )
 
 
 class ClusterInfo(BaseModel):

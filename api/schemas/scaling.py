@@ -14,9 +14,10 @@ from the start of the epoch it resumes in. The learning rate is not rescaled.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ByteSize, Field, ValidationError, field_validator, model_validator
 
 from api.schemas.common import Strict
 
@@ -27,6 +28,14 @@ ELASTIC_STRATEGIES = frozenset({"ddp", "fsdp"})
 # A lost node is a worker failure to Ray Train: an elastic job that does not say how
 # many it tolerates gets this many, so losing a node shrinks the job instead of failing it.
 ELASTIC_DEFAULT_MAX_RETRIES = 3
+MAX_GPUS_PER_WORKER = 64
+MAX_MEMORY_PER_WORKER = 1 << 46  # 64 TiB
+MAX_CUSTOM_RESOURCES = 16
+RESOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
+ACCELERATOR_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource for a node's accelerator type
+# Resources that have fields of their own, or that Ray sets on every node.
+RESERVED_RESOURCES = {"CPU": "cpus_per_worker", "GPU": "gpus_per_worker", "memory": "memory_per_worker"}
 
 
 class WorkerRange(Strict):
@@ -111,8 +120,44 @@ class ScalingSpec(Strict):
             "is lost, resuming from its last checkpoint each time."
         ),
     )
-    use_gpu: bool = Field(default=False, description="Give each worker one GPU and use NCCL.")
+    use_gpu: bool = Field(default=False, description="Give each worker GPUs (one, or gpus_per_worker) and use NCCL.")
     cpus_per_worker: float = Field(default=1.0, gt=0.0, le=512, description="CPUs reserved per worker.")
+    gpus_per_worker: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=MAX_GPUS_PER_WORKER,
+        description=(
+            "GPUs per worker (implies use_gpu): a fraction below 1 shares a GPU between small workers "
+            "(e.g. 0.5), a whole number above 1 gives a worker several (for model parallelism of its own). "
+            "Default 1 with use_gpu."
+        ),
+    )
+    accelerator_type: str | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "Run the workers only on nodes with this accelerator type, as Ray names it (e.g. A100, H100, "
+            "L4; Ray's accelerator_type:<name> node resource). Needs GPUs."
+        ),
+    )
+    memory_per_worker: ByteSize | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_MEMORY_PER_WORKER,
+        description='Memory reserved per worker (Ray\'s memory resource): bytes, or "8GiB", "512MiB".',
+    )
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict,
+        max_length=MAX_CUSTOM_RESOURCES,
+        description='Custom Ray resources per worker, by name (e.g. {"infiniband": 1}); CPU, GPU and memory have fields of their own.',
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        default="PACK",
+        description=(
+            "How Ray places the workers on nodes: PACK (as few nodes as possible), SPREAD (as many), or the STRICT_ "
+            "forms, which wait rather than place otherwise."
+        ),
+    )
     resize_check_interval_s: float = Field(
         default=60.0,
         ge=1.0,
@@ -124,6 +169,69 @@ class ScalingSpec(Strict):
     @classmethod
     def _count_or_range(cls, v: Any) -> Any:
         return coerce_num_workers(v)
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _custom_resources(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if name in RESERVED_RESOURCES:
+                raise ValueError(f"{name!r} has a field of its own: set scaling.{RESERVED_RESOURCES[name]}")
+            if name.startswith(ACCELERATOR_PREFIX):
+                raise ValueError(f"{name!r}: set scaling.accelerator_type instead")
+            if name.startswith("node:") or name == "object_store_memory" or not RESOURCE_NAME.match(name):
+                raise ValueError(
+                    f"{name[:80]!r} is not a custom resource name this server takes: a letter, then up to 63 "
+                    "letters, digits, '_', '.' or '-' (and not node:*, object_store_memory)"
+                )
+            if not 0 < amount <= 1_000_000:
+                raise ValueError(f"{name}: the amount must be > 0 and <= 1000000 (got {amount:g})")
+        return v
+
+    @model_validator(mode="after")
+    def _hardware(self) -> "ScalingSpec":
+        if self.gpus_per_worker is not None:
+            if "use_gpu" in self.model_fields_set and not self.use_gpu:
+                raise ValueError("gpus_per_worker asks for GPUs but use_gpu is false: drop one of them")
+            if self.gpus_per_worker > 1 and not float(self.gpus_per_worker).is_integer():
+                raise ValueError(
+                    f"gpus_per_worker {self.gpus_per_worker:g}: above 1 it must be a whole number of GPUs "
+                    "(Ray shares a GPU only in fractions below 1)"
+                )
+            self.use_gpu = True
+        if self.accelerator_type is not None:
+            if not ACCELERATOR_TYPE.match(self.accelerator_type):
+                raise ValueError(
+                    f"accelerator_type {self.accelerator_type[:80]!r}: letters, digits, '_', '.' or '-' "
+                    "(e.g. A100, H100)"
+                )
+            if not self.use_gpu:
+                raise ValueError(
+                    f"accelerator_type {self.accelerator_type} picks the workers' GPUs: set use_gpu or gpus_per_worker"
+                )
+        return self
+
+    @property
+    def gpus(self) -> float:
+        """GPUs each worker holds."""
+        if not self.use_gpu:
+            return 0.0
+        return float(self.gpus_per_worker) if self.gpus_per_worker is not None else 1.0
+
+    def worker_resources(self) -> dict[str, float]:
+        """What one worker reserves, as Ray's ``resources_per_worker`` (the accelerator
+        type is Ray's own ``accelerator_type`` argument, and not in here)."""
+        out = {"CPU": self.cpus_per_worker, **({"GPU": self.gpus} if self.use_gpu else {})}
+        if self.memory_per_worker is not None:
+            out["memory"] = float(self.memory_per_worker)
+        return {**out, **self.resources_per_worker}
+
+    def extra_resources(self) -> dict[str, float]:
+        """One worker's resources beyond CPUs and GPUs, as admission counts them: memory,
+        the custom ones, and its accelerator type (a node must have it)."""
+        out = {k: v for k, v in self.worker_resources().items() if k not in ("CPU", "GPU")}
+        if self.accelerator_type is not None:
+            out[ACCELERATOR_PREFIX + self.accelerator_type] = self.gpus
+        return out
 
     @property
     def is_elastic(self) -> bool:

@@ -216,6 +216,7 @@ class RayBackend:
                 is_head=bool(n.get("is_head_node")),
                 cpus=n.get("resources_total", {}).get("CPU", 0.0),
                 gpus=n.get("resources_total", {}).get("GPU", 0.0),
+                resources=schedulable(n.get("resources_total", {})),
             )
             for n in nodes_raw
         ]
@@ -236,6 +237,16 @@ class RayBackend:
         limits are unknown)."""
         info = self.cluster_info()
         return info, addable(info)
+
+
+def schedulable(resources: dict[str, Any]) -> dict[str, float]:
+    """A node's resources a job can ask for (not Ray's per-node ``node:<ip>`` markers nor
+    the object store)."""
+    return {
+        k: float(v)
+        for k, v in resources.items()
+        if not k.startswith("node:") and k != "object_store_memory" and isinstance(v, (int, float))
+    }
 
 
 def _status(status: Any) -> str:

@@ -102,6 +102,9 @@ class JobRow(Base):
     demand_gpus: Mapped[float | None] = mapped_column(Float)
     holds_cpus: Mapped[float | None] = mapped_column(Float)  # once started (an elastic job: its max)
     holds_gpus: Mapped[float | None] = mapped_column(Float)
+    # Beyond CPUs and GPUs (memory, custom resources, accelerator_type:<name> GPUs); NULL: nothing.
+    demand_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    holds_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     scheduling_timeout_s: Mapped[float | None] = mapped_column(Float)
     max_runtime_s: Mapped[float | None] = mapped_column(Float)
     # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
