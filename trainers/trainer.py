@@ -15,10 +15,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import ray
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+import ray.data
+from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from api.schemas import GPTModel, TabularData, TrainSpec
+from api.schemas.datasets import TableSource, splits
 from trainers.user_loop import load_entrypoint, user_loop  # noqa: F401 - load_entrypoint: tuning.trial reads it here
 
 
@@ -37,6 +39,29 @@ def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
     num_classes = d.num_classes or int(max(ds.unique(d.label_column))) + 1
     train, val = ds.train_test_split(test_size=d.val_fraction, shuffle=True, seed=spec.seed)
     return {"train": train, "val": val}, {"feature_columns": features, "num_classes": num_classes}
+
+
+READERS = {"csv": "read_csv", "parquet": "read_parquet", "json": "read_json"}
+
+
+def named_datasets(spec: TrainSpec) -> tuple[dict, DataConfig]:
+    """A user-code job's ``datasets``, read with Ray Data (lazily, on the cluster), each
+    share split off its table by the job's seed; and which are split across workers."""
+    tables = {
+        name: getattr(ray.data, READERS[src.format])(src.path)
+        for name, src in spec.datasets.items()
+        if isinstance(src, TableSource)
+    }
+    left = {name: 1.0 for name in tables}  # the share of each table's rows it still has
+    for name, origin, fraction in splits(spec.datasets):
+        rest, share = tables[origin].train_test_split(test_size=fraction / left[origin], shuffle=True, seed=spec.seed)
+        tables[origin], tables[name] = rest, share
+        left[origin] -= fraction
+    datasets = {name: tables[name] for name in spec.datasets}  # in the order given
+    to_split = (
+        spec.datasets_to_split if spec.datasets_to_split is not None else [n for n in ("train",) if n in datasets]
+    )
+    return datasets, DataConfig(datasets_to_split=to_split)
 
 
 def builtin_loop(spec: TrainSpec) -> Callable[[dict], None]:
@@ -78,9 +103,11 @@ def failure_config(spec: TrainSpec) -> FailureConfig:
 
 def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: list | None = None) -> TorchTrainer:
     """The job's trainer; ``callbacks`` go to the Train controller (``trainers.callbacks``)."""
-    datasets, data_meta = ({}, {})
+    datasets, data_meta, data_config = ({}, {}, None)
     if isinstance(spec.data, TabularData):
         datasets, data_meta = tabular_datasets(spec)
+    elif spec.datasets:
+        datasets, data_config = named_datasets(spec)
     if spec.is_user_code:
         # Imported in the workers only (trainers/user_loop.py): the driver runs none of the user's code.
         loop, loop_config = user_loop(spec.entrypoint), dict(spec.config)
@@ -93,6 +120,7 @@ def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: 
         loop,
         train_loop_config=loop_config,
         datasets=datasets or None,
+        dataset_config=data_config,
         scaling_config=scaling_config(spec),
         run_config=RunConfig(
             name=run_name,

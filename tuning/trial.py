@@ -66,6 +66,7 @@ def trial_trainer(
         _partial(start_from, job_trainer.train_loop_per_worker, start),
         train_loop_config=job_trainer.train_loop_config,
         datasets=job_trainer.datasets or None,
+        dataset_config=job_trainer.data_config,
         scaling_config=job_trainer.scaling_config,
         run_config=RunConfig(
             name=run_name,

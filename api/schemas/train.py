@@ -14,6 +14,7 @@ from pydantic import Field, field_serializer, field_validator, model_validator
 from api.schemas.code import CODE_REF_RE
 from api.schemas.common import ENTRYPOINT_RE, FreeJson, Strict
 from api.schemas.data import DataSpec, DigitsData, TextData
+from api.schemas.datasets import MAX_DATASETS, DatasetName, Datasets, dataset_problems
 from api.schemas.job_common import JobCommon, JobName
 from api.schemas.mesh import resolve_mesh
 from api.schemas.models import GPTModel, ModelSpec
@@ -118,6 +119,20 @@ class TrainSpec(JobCommon):
     data: DataSpec | None = Field(
         default=None, description="Dataset; defaults to digits for built-in models. Optional for user code."
     )
+    datasets: Datasets | None = Field(
+        default=None,
+        description=(
+            "User code only: the datasets its loop reads with ray.train.get_dataset_shard(NAME), by NAME: a table "
+            "({format: csv|parquet|json, path}) or a share of another ({split: {from: NAME, fraction}}). Read with "
+            "Ray Data on the cluster; nothing is assumed about the columns."
+        ),
+    )
+    datasets_to_split: list[DatasetName] | None = Field(
+        default=None,
+        max_length=MAX_DATASETS,
+        description="The datasets split across the workers (each worker reads its shard); the others reach every "
+        "worker whole. Default: train.",
+    )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer settings.")
     batch_size: int = Field(default=64, ge=1, le=1_000_000, description="Per-worker batch size.")
     epochs: int | None = Field(default=None, ge=1, le=100_000, description="Passes over the training data.")
@@ -165,6 +180,20 @@ class TrainSpec(JobCommon):
             raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
         if self.scaling.is_elastic and "failure" not in self.model_fields_set:
             self.failure = FailureSpec(max_retries=ELASTIC_DEFAULT_MAX_RETRIES)
+        return self
+
+    @model_validator(mode="after")
+    def _datasets(self) -> "TrainSpec":
+        if self.datasets is None:
+            if self.datasets_to_split is not None:
+                raise ValueError("datasets_to_split names datasets of the `datasets` section, which this job has not")
+            return self
+        if self.entrypoint is None:
+            raise ValueError("`datasets` is for user code (`entrypoint`); a built-in model reads `data`")
+        if self.data is not None:
+            raise ValueError("give one of `data` (one classification table) or `datasets` (named datasets), not both")
+        if problems := dataset_problems(self.datasets, self.datasets_to_split):
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")
