@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from api.client import Client
+from service.cli.errors import Commands
 
-app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
+# Locals stay out of a --debug traceback: they hold the API token.
+app = typer.Typer(
+    cls=Commands,
+    help="raydock: distributed training and tuning jobs on Ray.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
 console = Console()
 err = Console(stderr=True)
 
@@ -20,7 +28,22 @@ TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+@app.callback()
+def options(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="RAYDOCK_DEBUG", help="Show the full traceback of a failure.")
+    ] = False,
+) -> None:
+    """raydock: distributed training and tuning jobs on Ray."""
+    ctx.meta["raydock.debug"] = debug
+
+
 def client_for(url: str, token: str | None) -> Client:
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # what a failure's explanation names (service/cli/errors.py)
+        ctx.meta["raydock.url"] = url
+        ctx.meta["raydock.token_set"] = bool(token)
     return Client(url, token=token)
 
 
