@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from api.client import Client
-from service.cli.errors import Commands
+from service.cli.errors import Commands, err, server
 
 # Locals stay out of a --debug traceback: they hold the API token.
 app = typer.Typer(
@@ -21,7 +20,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 console = Console()
-err = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="RAYDOCK_URL", help="Server URL.")]
 TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_TOKEN", help="API token.")]
@@ -40,13 +38,10 @@ def options(
 
 
 def client_for(url: str, token: str | None) -> Client:
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:  # what a failure's explanation names (service/cli/errors.py)
-        ctx.meta["raydock.url"] = url
-        ctx.meta["raydock.token_set"] = bool(token)
+    server.url, server.token_set = url, bool(token)  # what a failure's explanation names
     return Client(url, token=token)
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}")  # a message's [code] is text, not rich markup
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # a message's [code] is text, not rich markup
     raise typer.Exit(code)

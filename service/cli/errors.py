@@ -7,6 +7,7 @@ Every command runs inside ``Commands.invoke``, so a command body lets the SDK's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,7 +22,19 @@ EXIT_FAILED = 1  # the request failed: server unreachable, refused token, no suc
 EXIT_REFUSED = 2  # the input was refused (a spec, a value): change it and run again
 MAX_FIELDS = 8  # field problems of a refused spec listed, at most
 
-err = Console(stderr=True)
+err = Console(stderr=True)  # what every command prints to stderr (service.cli.common re-exports it)
+
+
+@dataclass
+class Server:
+    """The server this run of the CLI talks to (``common.client_for`` sets it): what an
+    explanation names. One command runs per process, so one value is enough."""
+
+    url: str | None = None
+    token_set: bool = False
+
+
+server = Server()
 
 
 class Commands(TyperGroup):
@@ -33,10 +46,11 @@ class Commands(TyperGroup):
         except (RaydockError, httpx.HTTPError) as exc:
             if ctx.meta.get("raydock.debug"):
                 raise
-            lines, code = explain(exc, ctx.meta.get("raydock.url"), ctx.meta.get("raydock.token_set", False))
-            err.print(f"[red]error:[/red] {escape(lines[0])}")
+            lines, code = explain(exc, server.url, server.token_set)
+            # Soft wrap: the terminal folds a long line; rich would cut it into several.
+            err.print(f"[red]error:[/red] {escape(lines[0])}", soft_wrap=True)
             for line in lines[1:]:
-                err.print(escape(line))
+                err.print(escape(line), soft_wrap=True, highlight=False)
             raise typer.Exit(code) from None
 
 
@@ -63,7 +77,7 @@ def explain(exc: Exception, url: str | None, token_set: bool) -> tuple[list[str]
         if token_set:
             return [
                 f"The server at {where} refused the API token (401).",
-                "Set --token / RAYDOCK_API_TOKEN to the token the server was started with (its RAYDOCK_API_TOKEN).",
+                "Set --token or RAYDOCK_API_TOKEN to the token the server was started with.",
             ], EXIT_FAILED
         return [
             f"The server at {where} needs an API token (401).",

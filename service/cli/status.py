@@ -3,7 +3,7 @@ record as the API returns it)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
@@ -107,7 +107,8 @@ def summary(
 def _times(job: JobPublic, now: datetime | None) -> str:
     took = runtime(job, now)
     if took is None:
-        return f"not started (submitted {job.created_at.astimezone():%Y-%m-%d %H:%M:%S})"
+        waited = ((now or datetime.now(timezone.utc)) - job.created_at).total_seconds()
+        return f"not started; submitted {duration(waited)} ago ({job.created_at.astimezone():%Y-%m-%d %H:%M:%S})"
     out = f"{duration(took)}  (started {job.started_at.astimezone():%Y-%m-%d %H:%M:%S}"
     return out + (f", finished {job.finished_at.astimezone():%H:%M:%S})" if job.finished_at else ")")
 
