@@ -67,9 +67,15 @@ def explain(exc: Exception, url: str | None, token_set: bool) -> tuple[list[str]
             f"The raydock server at {where} did not answer in time.",
             "It may be busy or stuck: try again, and look at its log if it goes on.",
         ], EXIT_FAILED
-    if isinstance(exc, httpx.HTTPError):
+    if isinstance(exc, httpx.UnsupportedProtocol):
         return [
-            f"The connection to the raydock server at {where} failed: {exc or type(exc).__name__}.",
+            f"The server URL {url or where!r} has no http:// or https:// in front.",
+            "Write --url / RAYDOCK_URL as http://HOST:PORT, e.g. http://127.0.0.1:8000.",
+        ], EXIT_FAILED
+    if isinstance(exc, httpx.HTTPError):
+        why = str(exc).rstrip(".") or type(exc).__name__
+        return [
+            f"The connection to the raydock server at {where} failed: {why}.",
             "Check that --url / RAYDOCK_URL names a raydock server, then try again.",
         ], EXIT_FAILED
     assert isinstance(exc, RaydockError)

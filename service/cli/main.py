@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.client import Client, Job
@@ -121,9 +122,10 @@ def submit(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """Submit a job; prints its id (and follows it with --follow). A user-code spec's
-    working_dir, relative to the spec file, is packaged and uploaded once (shown with
-    a progress bar under --follow when it is large)."""
+    """Submit a job and print its id; --follow shows its progress until it ends.
+
+    A user-code spec's working_dir (relative to the spec file) is packaged and uploaded once.
+    Under --follow a large upload shows a progress bar."""
     spec = load_spec_file(spec_file)
     with client_for(url, token) as client:
         with UploadView(err, live=follow) as view:
@@ -176,14 +178,16 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
 
 def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
     info = job.info
-    console.print(f"{info.id} {info.status.value}" + (f" ({info.status_reason})" if info.status_reason else ""))
+    reason = f" ({info.status_reason})" if info.status_reason else ""
+    console.print(escape(f"{info.id} {info.status.value}{reason}"), highlight=False)
     if info.latest_metrics:
         console.print(
             "final metrics: "
             + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items())
         )
     if info.status == JobStatus.FAILED:
-        err.print(f"[red]{info.failure_cause.value if info.failure_cause else 'FAILED'}[/red]: {info.error}")
+        cause = info.failure_cause.value if info.failure_cause else "FAILED"
+        err.print(f"[red]{cause}[/red]: {escape(info.error or '')}")
     if info.status != JobStatus.SUCCEEDED and exit_on_failure:
         raise typer.Exit(1)
 
@@ -220,7 +224,7 @@ def cancel(
             return
         result = client.cancel_many(job_ids)
     for refusal in result.refused:
-        err.print(f"{refusal.id}: {refusal.message}")
+        err.print(escape(f"{refusal.id}: {refusal.message}"))
     console.print(f"cancelled {len(result.cancelled)} of {len(job_ids)}")
     if result.refused:
         raise typer.Exit(1)
@@ -231,7 +235,7 @@ def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
     with client_for(url, token) as client:
         job = client.job(job_id).resume()
-        console.print(f"{job.id} {job.status.value} ({job.info.status_reason})")
+        console.print(escape(f"{job.id} {job.status.value} ({job.info.status_reason})"))
 
 
 # Every command but the ones above lives in a module of its own: one line here each.

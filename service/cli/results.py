@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -86,9 +87,10 @@ def trials(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """A search's trials (the best one marked), its PBT lineage (who cloned whom, when) and
-    its best trial; with --replay, the best trial as a training spec:
-    `raydock trials ID --replay > spec.yaml`."""
+    """A search's trials, the best one marked, and its PBT lineage; --replay: the best as a spec.
+
+    The lineage says who cloned whom, and when.
+    --replay prints the best trial as a training spec: `raydock trials ID --replay > spec.yaml`."""
     with client_for(url, token) as client:
         if replay:
             spec = client.request("GET", f"/v1/jobs/{job_id}/best/replay").json()
@@ -117,15 +119,17 @@ def trials(
     console.print(trials_table(found, best, unit, metric, mark, console.width))
     for e in lineage:
         console.print(
-            f"{unit} {num(e.donor_time)}: {e.trial_id} cloned {e.donor_trial_id} ({metric} {num(e.donor_metric)}), "
-            f"goes on with {_short_values(e.new_config)}",
+            escape(
+                f"{unit} {num(e.donor_time)}: {e.trial_id} cloned {e.donor_trial_id} ({metric} {num(e.donor_metric)}), "
+                f"goes on with {_short_values(e.new_config)}"
+            ),
             highlight=False,
         )
     if best is not None:
         where = f", checkpoint {best.checkpoint.id}" if best.checkpoint and best.checkpoint.id is not None else ""
         label = "best" if best.final else "best so far"
         console.print(
-            f"{mark} {label}: {best.trial_id} {metric}={num(best.value)} with {values(best.config)}{where}",
+            escape(f"{mark} {label}: {best.trial_id} {metric}={num(best.value)} with {values(best.config)}{where}"),
             highlight=False,
         )
 
