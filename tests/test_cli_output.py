@@ -201,8 +201,9 @@ def finished(server) -> tuple[Job, Job]:
     with Client(server.url) as client:
         job = client.submit(digits_spec(name="cli-status", epochs=2, labels={"suite": "cli-output"}))
         search = client.submit(SEARCH)
-        job.wait(timeout=240)
-        search.wait(timeout=300)
+        # Generous: on a busy 2-core host a 20-second job can take minutes.
+        job.wait(timeout=600)
+        search.wait(timeout=600)
         yield job, search
 
 

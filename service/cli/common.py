@@ -43,5 +43,5 @@ def client_for(url: str, token: str | None) -> Client:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # a message's [code] is text, not rich markup
+    err.print(f"[red]error:[/red] {escape(message)}")  # a message's [code] is text, not rich markup
     raise typer.Exit(code)

@@ -47,10 +47,9 @@ class Commands(TyperGroup):
             if ctx.meta.get("raydock.debug"):
                 raise
             lines, code = explain(exc, server.url, server.token_set)
-            # Soft wrap: the terminal folds a long line; rich would cut it into several.
-            err.print(f"[red]error:[/red] {escape(lines[0])}", soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(lines[0])}")
             for line in lines[1:]:
-                err.print(escape(line), soft_wrap=True, highlight=False)
+                err.print(escape(line), highlight=False)
             raise typer.Exit(code) from None
 
 

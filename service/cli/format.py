@@ -66,8 +66,8 @@ def progress(job: JobPublic) -> str:
     m = job.latest_metrics or {}
     unit, total = length if length else (("step", None) if "step" in m and "epoch" not in m else ("epoch", None))
     done = m.get(unit)
-    if done is None and total is None:
-        return ""
+    if done is None and (total is None or job.status.is_terminal()):
+        return ""  # nothing to count, or a job that ended before its first report
     return f"{unit} {'-' if done is None else num(done)}" + (f"/{total}" if total else "")
 
 

@@ -18,6 +18,7 @@ from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
+from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
 from service.cli.results import checkpoints, trials
@@ -155,7 +156,7 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
         TimeElapsedColumn(),
         console=err,
     ) as bar:
-        task = bar.add_task("train", total=total, status="QUEUED", where="", loss="")
+        task = bar.add_task("train", total=total, status="WAITING", where="", loss="")  # until the first report
         for point in job.stream_metrics():
             m = point.metrics
             done = m.get(unit)
@@ -181,10 +182,7 @@ def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
     reason = f" ({info.status_reason})" if info.status_reason else ""
     console.print(escape(f"{info.id} {info.status.value}{reason}"), highlight=False)
     if info.latest_metrics:
-        console.print(
-            "final metrics: "
-            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items())
-        )
+        console.print("final metrics: " + ", ".join(f"{k}={num(v)}" for k, v in info.latest_metrics.items()))
     if info.status == JobStatus.FAILED:
         cause = info.failure_cause.value if info.failure_cause else "FAILED"
         err.print(f"[red]{cause}[/red]: {escape(info.error or '')}")
