@@ -3,6 +3,7 @@ record as the API returns it)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
@@ -38,28 +39,30 @@ def status(
             console.print_json(job.model_dump_json())
             return
         checkpoints = client.job(job_id).checkpoints()
-        best = _best(client, job)
-    console.print(summary(job, checkpoints, best, record.get("start_phases")))
+        search = _search(client, job) if job.kind == "tune" else None
+    console.print(summary(job, checkpoints, search, record.get("start_phases")))
 
 
-def _best(client: Client, job: JobPublic) -> str | None:
-    """A search's best trial so far, as one line; None for a training job or before any report."""
-    if job.kind != "tune":
-        return None
+def _search(client: Client, job: JobPublic) -> list[tuple[str, str]]:
+    """A search's rows: its trials counted by status, and its best trial (so far)."""
+    found = client.job(job.id).trials()
+    counts = Counter(t.status for t in found)
+    rows = [("trials", f"{len(found)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) if found else "none yet")]
     try:
         best = client.job(job.id).best()
     except RaydockError as exc:
         if exc.code == "no_reports":
-            return None
+            return rows
         raise
     label = "" if best.final else " (so far)"
-    return f"{best.trial_id}{label}: {best.metric}={num(best.value)} with {values(best.config)}"
+    rows.append(("best trial", f"{best.trial_id}{label}: {best.metric}={num(best.value)} with {values(best.config)}"))
+    return rows
 
 
 def summary(
     job: JobPublic,
     checkpoints: list[CheckpointPublic],
-    best: str | None = None,
+    search: list[tuple[str, str]] | None = None,
     start_phases: Any = None,
     now: datetime | None = None,
 ) -> Group:
@@ -79,7 +82,7 @@ def summary(
     row("status", state)
     where = progress(job)
     if where:
-        row("progress", where)
+        row("progress", where + ("  (newest trial report; budget per trial)" if search else ""))
     row("runtime", _times(job, now))
     row("attempts", _attempts(job))
     for r in job.restarts[-RESTARTS_SHOWN:]:
@@ -87,8 +90,8 @@ def summary(
         row("", Text(f"restart in attempt {r.attempt} at {at}: {r.reason}", style="dim"))
     if job.latest_metrics:
         row("metrics", _metrics(job.latest_metrics))
-    if best:
-        row("best trial", best)
+    for key, value in search or ():
+        row(key, value)
     row("checkpoints", _checkpoints(checkpoints))
     if job.labels:
         row("labels", values(job.labels))
