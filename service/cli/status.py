@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from api.client import Client
+from api.client import Job
 from api.errors import RaydockError
 from api.schemas import CheckpointPublic, JobPublic, JobStatus
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console
@@ -38,18 +38,20 @@ def status(
         if as_json:
             console.print_json(job.model_dump_json())
             return
-        checkpoints = client.job(job_id).checkpoints()
-        search = _search(client, job) if job.kind == "tune" else None
+        handle = Job(client, job)  # the record is read: no second GET of it
+        checkpoints = handle.checkpoints()
+        search = _search(handle) if job.kind == "tune" else None
+    # start_phases is read from the raw record: an SDK older than the server drops it.
     console.print(summary(job, checkpoints, search, record.get("start_phases")))
 
 
-def _search(client: Client, job: JobPublic) -> list[tuple[str, str]]:
+def _search(job: Job) -> list[tuple[str, str]]:
     """A search's rows: its trials counted by status, and its best trial (so far)."""
-    found = client.job(job.id).trials()
+    found = job.trials()
     counts = Counter(t.status for t in found)
     rows = [("trials", f"{len(found)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) if found else "none yet")]
     try:
-        best = client.job(job.id).best()
+        best = job.best()
     except RaydockError as exc:
         if exc.code == "no_reports":
             return rows
