@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from api.schemas import JobPublic, JobStatus
-from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console, fail
 from service.cli.format import cut, duration, num, progress, runtime, status_style, status_text, values, when, widest
 
 WIDE = 120  # from this width on, the table adds the status reason, labels and metrics
@@ -28,7 +28,10 @@ def list_jobs(
     token: TokenOpt = None,
 ) -> None:
     """List jobs, newest first."""
-    labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+    bad = [item for item in label or [] if "=" not in item]
+    if bad:
+        fail(f"--label takes key=value, not {bad[0]!r}", code=2)
+    labels = dict(item.split("=", 1) for item in label or [])
     with client_for(url, token) as client:
         page = client.list(status=status, labels=labels, limit=min(limit, 1000))
         items = list(page.items)
