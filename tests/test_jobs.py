@@ -107,7 +107,7 @@ def test_cli_submit_follow(server, tmp_path):
     assert ckpts.returncode == 0, ckpts.stderr
     assert [c["epoch"] for c in json.loads(ckpts.stdout)] == [1, 2]
     status = subprocess.run(
-        [sys.executable, "-m", "service.cli", "status", job_id],
+        [sys.executable, "-m", "service.cli", "status", job_id, "--json"],
         env=env,
         capture_output=True,
         text=True,

@@ -10,17 +10,35 @@ from rich.console import Console
 from rich.markup import escape
 
 from api.client import Client
+from service.cli.errors import Commands, err, server
 
-app = typer.Typer(help="raydock: distributed training and tuning jobs on Ray.", no_args_is_help=True)
+# Locals stay out of a --debug traceback: they hold the API token.
+app = typer.Typer(
+    cls=Commands,
+    help="raydock: distributed training and tuning jobs on Ray.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
 console = Console()
-err = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="RAYDOCK_URL", help="Server URL.")]
 TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="RAYDOCK_API_TOKEN", help="API token.")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+@app.callback()
+def options(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="RAYDOCK_DEBUG", help="Show the full traceback of a failure.")
+    ] = False,
+) -> None:
+    """raydock: distributed training and tuning jobs on Ray."""
+    ctx.meta["raydock.debug"] = debug
+
+
 def client_for(url: str, token: str | None) -> Client:
+    server.url, server.token_set = url, bool(token)  # what a failure's explanation names
     return Client(url, token=token)
 
 

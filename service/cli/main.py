@@ -11,15 +11,19 @@ from typing import Annotated, Optional
 import typer
 import yaml
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
+from service.cli.format import num
 from service.cli.gc import gc
+from service.cli.listing import list_jobs
 from service.cli.results import checkpoints, trials
+from service.cli.status import status
+from service.cli.ui import ui
 from service.code.upload_view import UploadView, describe
 
 
@@ -119,16 +123,14 @@ def submit(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
 ) -> None:
-    """Submit a job; prints its id (and follows it with --follow). A user-code spec's
-    working_dir, relative to the spec file, is packaged and uploaded once (shown with
-    a progress bar under --follow when it is large)."""
+    """Submit a job and print its id; --follow shows its progress until it ends.
+
+    A user-code spec's working_dir (relative to the spec file) is packaged and uploaded once.
+    Under --follow a large upload shows a progress bar."""
     spec = load_spec_file(spec_file)
     with client_for(url, token) as client:
-        try:
-            with UploadView(err, live=follow) as view:
-                job = client.submit(spec, base_dir=spec_file.parent, progress=view)
-        except RaydockError as exc:
-            fail(f"{exc.message} [{exc.code}]", code=2)
+        with UploadView(err, live=follow) as view:
+            job = client.submit(spec, base_dir=spec_file.parent, progress=view)
         if client.last_upload is not None:
             err.print(describe(client.last_upload))
         console.print(job.id)
@@ -154,7 +156,7 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
         TimeElapsedColumn(),
         console=err,
     ) as bar:
-        task = bar.add_task("train", total=total, status="QUEUED", where="", loss="")
+        task = bar.add_task("train", total=total, status="WAITING", where="", loss="")  # until the first report
         for point in job.stream_metrics():
             m = point.metrics
             done = m.get(unit)
@@ -177,59 +179,15 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
 
 def _print_outcome(job: Job, exit_on_failure: bool = True) -> None:
     info = job.info
-    console.print(f"{info.id} {info.status.value}" + (f" ({info.status_reason})" if info.status_reason else ""))
+    reason = f" ({info.status_reason})" if info.status_reason else ""
+    console.print(escape(f"{info.id} {info.status.value}{reason}"), highlight=False)
     if info.latest_metrics:
-        console.print(
-            "final metrics: "
-            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.latest_metrics.items())
-        )
+        console.print("final metrics: " + ", ".join(f"{k}={num(v)}" for k, v in info.latest_metrics.items()))
     if info.status == JobStatus.FAILED:
-        err.print(f"[red]{info.failure_cause.value if info.failure_cause else 'FAILED'}[/red]: {info.error}")
+        cause = info.failure_cause.value if info.failure_cause else "FAILED"
+        err.print(f"[red]{cause}[/red]: {escape(info.error or '')}")
     if info.status != JobStatus.SUCCEEDED and exit_on_failure:
         raise typer.Exit(1)
-
-
-@app.command("list")
-def list_jobs(
-    status: Annotated[Optional[JobStatus], typer.Option(help="Only jobs in this status.")] = None,
-    label: Annotated[Optional[list[str]], typer.Option(help="key=value filter; repeatable.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="Most jobs to show (pages are followed).")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-) -> None:
-    """List jobs, newest first."""
-    labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-    with client_for(url, token) as client:
-        page = client.list(status=status, labels=labels, limit=min(limit, 1000))
-        items = list(page.items)
-        while page.next is not None and len(items) < limit:
-            page = client.list(status=status, labels=labels, limit=min(limit - len(items), 1000), cursor=page.next)
-            items += page.items
-    if as_json:
-        console.print_json(page.model_copy(update={"items": items, "limit": limit}).model_dump_json())
-        return
-    table = Table("ID", "NAME", "STATUS", "CREATED", "LAST METRICS")
-    for j in items:
-        last = ", ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-            for k, v in (j.latest_metrics or {}).items()
-            if k in ("epoch", "step", "train_loss", "val_acc")
-        )
-        table.add_row(j.id, j.name, j.status.value, j.created_at.strftime("%Y-%m-%d %H:%M:%S"), last)
-    console.print(table)
-    console.print(f"{len(items)} of {page.total}")
-
-
-@app.command()
-def status(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
-    """Show one job as JSON."""
-    with client_for(url, token) as client:
-        try:
-            job = client.job(job_id)
-        except RaydockError as exc:
-            fail(exc.message)
-        console.print_json(job.info.model_dump_json())
 
 
 @app.command()
@@ -241,17 +199,13 @@ def logs(
 ) -> None:
     """Print a job's log; -f follows it until the job ends."""
     with client_for(url, token) as client:
-        try:
-            job = client.job(job_id)
-            out = job.logs(follow=follow)
-            if isinstance(out, str):
-                sys.stdout.write(out)
-            else:
-                for chunk in out:
-                    sys.stdout.write(chunk)
-                    sys.stdout.flush()
-        except RaydockError as exc:
-            fail(exc.message)
+        out = client.job(job_id).logs(follow=follow)
+        if isinstance(out, str):
+            sys.stdout.write(out)
+        else:
+            for chunk in out:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
 
 
 @app.command()
@@ -262,16 +216,13 @@ def cancel(
 ) -> None:
     """Cancel jobs (their workers and CPUs are released); many at once in one request per 1000."""
     with client_for(url, token) as client:
-        try:
-            if len(job_ids) == 1:
-                job = client.job(job_ids[0]).cancel()
-                console.print(f"{job.id} {job.status.value}")
-                return
-            result = client.cancel_many(job_ids)
-        except RaydockError as exc:
-            fail(exc.message)
+        if len(job_ids) == 1:
+            job = client.job(job_ids[0]).cancel()
+            console.print(f"{job.id} {job.status.value}")
+            return
+        result = client.cancel_many(job_ids)
     for refusal in result.refused:
-        err.print(f"{refusal.id}: {refusal.message}")
+        err.print(escape(f"{refusal.id}: {refusal.message}"))
     console.print(f"cancelled {len(result.cancelled)} of {len(job_ids)}")
     if result.refused:
         raise typer.Exit(1)
@@ -281,15 +232,16 @@ def cancel(
 def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
     with client_for(url, token) as client:
-        try:
-            job = client.job(job_id).resume()
-        except RaydockError as exc:
-            fail(exc.message)
-        console.print(f"{job.id} {job.status.value} ({job.info.status_reason})")
+        job = client.job(job_id).resume()
+        console.print(escape(f"{job.id} {job.status.value} ({job.info.status_reason})"))
 
 
+# Every command but the ones above lives in a module of its own: one line here each.
+app.command("list")(list_jobs)
+app.command()(status)
 app.command()(checkpoints)
 app.command()(trials)
+app.command()(ui)
 app.command()(gc)
 
 
