@@ -300,8 +300,8 @@ def test_dockerfile_structure(name):
             for src in sources:
                 assert src == "." or (ROOT / src).exists(), f"{name}: COPY source {src} missing"
 
-    # psycopg for postgresql+psycopg:// database URLs comes with this extra.
-    assert any(line.startswith("RUN pip install") and '"/src[postgres]"' in line for line in lines)
+    # The server side (Ray, torch, the API) and psycopg for postgresql+psycopg:// URLs come with these extras.
+    assert any(line.startswith("RUN pip install") and '"/src[server,postgres]"' in line for line in lines)
 
     final = final_stage(name)
     users = [line.split()[1] for line in final if line.startswith("USER ")]
@@ -594,7 +594,7 @@ def test_cluster_config_content():
 
     setup = " ".join(config["setup_commands"])
     assert "~/raydock-src" in setup and "torch==" in setup
-    assert "raydock-src[postgres]" in setup
+    assert "raydock-src[server,postgres]" in setup
     assert config["file_mounts"]["~/raydock-src"] == "."
     assert ".venv" in config["rsync_exclude"]
     head_start = " ".join(config["head_start_ray_commands"])

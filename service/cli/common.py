@@ -3,6 +3,7 @@ how a refusal is printed."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Annotated, Optional
 
 import typer
@@ -40,6 +41,28 @@ def options(
 def client_for(url: str, token: str | None) -> Client:
     server.url, server.token_set = url, bool(token)  # what a failure's explanation names
     return Client(url, token=token)
+
+
+# What `raydock serve`, `run` and `gc` need beyond the client (the `server` extra).
+SERVER_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "ray", "torch")
+
+
+def need_server(command: str) -> None:
+    """Stop with what to install when this is the client-only install (``pip install raydock``)."""
+    missing = [m for m in SERVER_MODULES if not _installed(m)]
+    if missing:
+        fail(
+            f"`raydock {command}` runs the server side, which this install lacks ({', '.join(missing)}). "
+            "Install it with: pip install 'raydock[server]'",
+            code=2,
+        )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def fail(message: str, code: int = 1) -> None:

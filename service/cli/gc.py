@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from service.cli.common import need_server
+
 
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
@@ -25,6 +27,7 @@ def gc(
 ) -> None:
     """Delete finished jobs past the retention policy, with their rows and storage."""
     # Imported here: every other command of the CLI is a client and needs no database.
+    need_server("gc")
     from service.db.engine import make_engine, make_sessionmaker
     from service.retention import Policy, Retention
     from service.settings import Settings

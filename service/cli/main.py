@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
-from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail, need_server
 from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
@@ -33,6 +33,7 @@ def serve(
     port: Annotated[Optional[int], typer.Option(help="Listen port (default 8000).")] = None,
 ) -> None:
     """Run the API server (starts a local Ray head unless RAY_ADDRESS is set)."""
+    need_server("serve")
     import uvicorn
 
     from service.http.app import create_app
@@ -50,6 +51,7 @@ def run(
     port: Annotated[Optional[int], typer.Option(help="Port for the embedded server (default: a free one).")] = None,
 ) -> None:
     """Run one job on an embedded raydock (server + local Ray + SQLite) and follow it to the end."""
+    need_server("run")
     import threading
 
     import uvicorn
