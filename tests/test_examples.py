@@ -168,6 +168,17 @@ def test_a_spec_without_a_promise_is_refused(tmp_path):
     assert "add a '# expect: METRIC OP NUMBER' line" in str(err.value)
 
 
+def test_test_with_sets_dotted_fields_and_leaves_the_file_alone(tmp_path):
+    heavy = tmp_path / "heavy.yaml"
+    heavy.write_text(
+        (EXAMPLES / "digits-pbt.yaml").read_text() + "# test-with: budget.epochs=4 pbt.quantile_fraction=0.5\n"
+    )
+    example = read_example(heavy)
+    run = parse_job_spec(with_overrides(example.raw, example.overrides))
+    assert (run.budget.epochs, run.pbt.quantile_fraction) == (4, 0.5)
+    assert example.raw["budget"]["epochs"] == 8
+
+
 def test_an_entrypoint_that_is_not_defined_is_found():
     assert entrypoint_is_defined(EXAMPLES / "user_code", "userloop:train")
     assert not entrypoint_is_defined(EXAMPLES / "user_code", "userloop:trian")
