@@ -18,7 +18,12 @@ class MLPModel(Strict):
 
 
 class CNNModel(Strict):
-    type: Literal["cnn"] = Field(description="A small convolutional net for square single-channel images.")
+    type: Literal["cnn"] = Field(
+        description=(
+            "A small convolutional net for square single-channel images: 3x3 conv blocks at full "
+            "resolution, a max-pool to a grid of at most 4x4 cells, a linear head."
+        )
+    )
     channels: list[Annotated[int, Field(gt=0, le=16_384)]] = Field(
         max_length=64, default_factory=lambda: [16, 32], description="Output channels of each 3x3 conv block."
     )

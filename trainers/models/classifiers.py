@@ -42,6 +42,17 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
+    """3x3 conv blocks at full resolution, then a max-pool to a small grid and a linear head.
+
+    The head sees *where* each feature fired, on a grid of at most ``GRID`` x ``GRID``
+    cells. A global average pool (one value per channel) throws that away: on 8x8 digits
+    two 3x3 convs see 5x5 patches, and which patches occur, without where, does not tell
+    a 3 from an 8; such a net stalled at val_acc 0.57-0.68 where the MLP reaches 0.97.
+    The grid also keeps the head's size independent of the image size.
+    """
+
+    GRID = 4
+
     def __init__(self, side: int, channels: list[int], n_out: int, dropout: float = 0.0):
         super().__init__()
         self.side = side
@@ -51,8 +62,10 @@ class CNN(nn.Module):
             blocks += [nn.Conv2d(c_in, c, 3, padding=1), nn.ReLU()]
             c_in = c
         self.features = nn.Sequential(*blocks)
-        # Global pooling keeps the head independent of the image size.
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(c_in, n_out))
+        grid = min(side, self.GRID)
+        self.head = nn.Sequential(
+            nn.AdaptiveMaxPool2d(grid), nn.Flatten(), nn.Dropout(dropout), nn.Linear(c_in * grid * grid, n_out)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x.view(-1, 1, self.side, self.side)))
