@@ -30,6 +30,8 @@ EPS = 1e-9
 def trial_demand(spec: TuneSpec) -> Resources:
     """(CPUs, GPUs) one running trial of a search holds."""
     s = spec.base.scaling
+    if spec.trainable == "function":  # one process per trial, with one worker's resources
+        return s.cpus_per_worker, s.gpus
     # An elastic base (num_workers {min, max}) may grow to max in every trial.
     return s.max_workers * s.cpus_per_worker + spec.driver_cpus_per_trial, s.max_workers * s.gpus
 
@@ -65,7 +67,7 @@ def _extra(s: ScalingSpec, workers: int) -> Extra:
 def extra_demand(spec: JobSpec) -> Extra:
     """What the job needs to start beyond CPUs and GPUs (``demand``'s other resources)."""
     if spec.kind == "tune":
-        return _extra(spec.base.scaling, spec.concurrency * spec.base.scaling.max_workers)
+        return _extra(spec.base.scaling, spec.concurrency * spec.trial_workers)
     return _extra(spec.scaling, spec.scaling.min_workers)
 
 

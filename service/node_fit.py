@@ -62,7 +62,7 @@ def refusal(spec: JobSpec, info: ClusterInfo) -> CapacityExceeded | None:
     """Why the job's workers can never be placed on this cluster; None when they can
     (or when the cluster does not say enough to tell)."""
     if spec.kind == "tune":
-        s, where, workers = spec.base.scaling, "base.scaling", spec.base.scaling.max_workers
+        s, where, workers = spec.base.scaling, "base.scaling", spec.trial_workers
     else:
         s, where, workers = spec.scaling, "scaling", spec.scaling.min_workers
     need, offered = bundle(s), nodes(info)

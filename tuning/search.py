@@ -15,7 +15,7 @@ from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform,
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
-from tuning.trial import run_trial
+from tuning.trial import run_function_trial, run_trial
 
 # Tune's own default horizon of ASHA, for a search whose loop's end is its budget.
 ASHA_MAX_T = 100
@@ -69,6 +69,10 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
         quantile_fraction=options.quantile_fraction,
         custom_explore_fn=clip,
         log_config=False,
+        # A function trainable reports to Tune directly, so nothing holds a trial at a
+        # perturbation point (tuning.population does for Train loops): Tune's synchronous
+        # PBT waits for the whole population there instead.
+        synch=spec.trainable == "function" and options.align and spec.concurrency >= spec.num_trials,
     )
     if spec.algorithm == "pb2":
         return RecordingPB2(hyperparam_bounds={p: [d.low, d.high] for p, d in space.items()}, **common)
@@ -117,6 +121,12 @@ def experiment_path(storage_path: str, job_id: str) -> str:
 def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> Any:
     """``run_trial`` with the search's spec, the trials' run storage, its population
     (which ``out`` hands the driver's callback too) and the trial's CPUs."""
+    if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
+        out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
+        s = spec.base.scaling
+        resources = {"CPU": s.cpus_per_worker, **s.worker_resources()}
+        fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
+        return tune.with_resources(fn, {k.lower() if k in ("CPU", "GPU") else k: v for k, v in resources.items()})
     out.population = Population.remote() if aligned(spec) else None
     fn = tune.with_parameters(
         run_trial,

@@ -99,6 +99,14 @@ class TuneSpec(JobCommon):
             "(Tune's training_iteration) unless the budget names epochs or steps, which the loop must then report."
         ),
     )
+    trainable: Literal["train", "function"] = Field(
+        default="train",
+        description=(
+            "How a trial runs base.entrypoint: train, as a Ray Train loop (a TorchTrainer of base.scaling.num_workers "
+            "workers per trial); function, as a Ray Tune function trainable (one process per trial that calls "
+            "tune.report and tune.get_checkpoint, holding base.scaling's per-worker resources; no driver on top)."
+        ),
+    )
     driver_cpus_per_trial: float = Field(
         default=1.0,
         gt=0.0,
@@ -190,6 +198,8 @@ class TuneSpec(JobCommon):
                 if (why := self._path_problem(path)) is not None:
                     problems.append((f"pbt.hyperparam_mutations.{path}", why))
 
+        if self.trainable == "function":
+            problems += self._function_problems()
         if self.budget is None and not self.base.is_user_code:
             self.budget = TrialBudget(epochs=self.base.epochs, steps=None if self.base.epochs else self.base.max_steps)
 
@@ -246,6 +256,24 @@ class TuneSpec(JobCommon):
                         f"it never reports {self.metric!r}",
                     )
                 )
+        return problems
+
+    @property
+    def trial_workers(self) -> int:
+        """Processes each trial holds base.scaling's per-worker resources for."""
+        return 1 if self.trainable == "function" else self.base.scaling.max_workers
+
+    def _function_problems(self) -> list[tuple[str, str]]:
+        """A function trainable is one process of the user's: no built-in model, no workers to spread over."""
+        if not self.base.is_user_code:
+            return [("trainable", "a function trainable is user code: give base.entrypoint (module:function)")]
+        # base.scaling.num_workers and driver_cpus_per_trial do not apply (one process per trial,
+        # no driver); a stored spec carries their defaults, so they are ignored rather than refused.
+        problems = []
+        if self.base.scaling.is_elastic:
+            problems.append(("base.scaling.num_workers", "a function trainable runs each trial as one process"))
+        if not self.base.default_parallelism:
+            problems.append(("base.parallelism", "a function trainable runs no Ray Train workers to parallelise"))
         return problems
 
     def _population_problems(self) -> list[tuple[str, str]]:

@@ -1,0 +1,80 @@
+"""Ray Tune function trainables as they are (``trainable: function``): a search over a
+function that calls ``tune.report`` and ``tune.get_checkpoint``, one process per trial,
+with PBT's clones and lineage, and a failing function that reads as its own error."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from api.client import Client
+from api.schemas import TuneSpec
+from service import admission
+from tests.conftest import user_spec
+from tests.test_tune import search
+
+FUNCTION = "userpkg.tune_fn:trainable"
+
+
+def function_search(entrypoint: str = FUNCTION, **overrides) -> dict:
+    base = user_spec(entrypoint, config={"lr": 0.01})
+    base.pop("scaling")
+    base["scaling"] = {"cpus_per_worker": 0.5}
+    spec = search(
+        base=base,
+        trainable="function",
+        search_space={"config.lr": {"type": "loguniform", "low": 0.001, "high": 0.4}},
+        algorithm="pbt",
+        pbt={"perturbation_interval": 2, "quantile_fraction": 0.5},
+        metric="loss",
+        mode="min",
+        num_trials=4,
+        budget={"reports": 8},
+    )
+    spec.pop("driver_cpus_per_trial")
+    spec.update(overrides)
+    return spec
+
+
+def test_a_function_trial_holds_one_processs_resources_and_no_driver():
+    spec = TuneSpec.model_validate(function_search())
+    assert admission.trial_demand(spec) == (0.5, 0.0)
+    assert admission.search_demand(spec) == (2.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"base": {"name": "b", "model": {"type": "mlp"}}}, "give base.entrypoint"),
+    ],
+)
+def test_what_a_function_trainable_cannot_take_is_refused(change, words):
+    with pytest.raises(ValidationError, match=words):
+        TuneSpec.model_validate(function_search(**change))
+    spec = function_search()
+    spec["base"]["scaling"]["num_workers"] = {"min": 1, "max": 2}
+    with pytest.raises(ValidationError, match="one process"):
+        TuneSpec.model_validate(spec)
+
+
+@pytest.mark.slow
+def test_pbt_over_a_tune_function_trainable_clones_and_the_best_beats_the_worst(client: Client):
+    job = client.submit(function_search())
+    job.wait(timeout=600)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert len(trials) == 4 and {t.status for t in trials} == {"TERMINATED"}
+    assert all(t.reports >= 8 for t in trials)
+    assert job.lineage(), "PBT recorded no exploit"
+    losses = sorted(t.best_metric for t in trials)
+    assert losses[0] < losses[-1]
+    assert job.best().trial_id in {t.trial_id for t in trials}
+
+
+@pytest.mark.slow
+def test_a_failing_function_trial_reads_as_the_users_exception(client: Client):
+    job = client.submit(function_search("userpkg.tune_fn:boom", algorithm="random", pbt=None, num_trials=1))
+    job.wait(timeout=300)
+    assert job.status.value == "FAILED"
+    (trial,) = job.trials()
+    assert trial.status == "ERROR" and "is not a rate this function takes" in (trial.error or "")
