@@ -40,6 +40,7 @@ from service.events.push import PushGate, check_search_batch, chunks
 from service.events.tokens import token_matches
 from service.job_reads import JobReads
 from service.settings import Settings
+from service.telemetry import instruments
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
@@ -125,6 +126,7 @@ class JobService(JobReads):
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
                 return existing, False
             raise
+        instruments.submitted(spec.kind)
         self.on_submit()
         return job, True
 

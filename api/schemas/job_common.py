@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.tracking import TrackingSpec
 
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
@@ -36,4 +37,8 @@ class JobCommon(Strict):
         gt=0,
         le=MAX_DURATION_S,
         description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
+    )
+    tracking: TrackingSpec | None = Field(
+        default=None,
+        description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
     )

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 from starlette.exceptions import HTTPException
 from starlette.routing import Route, compile_path
@@ -25,10 +26,23 @@ from service.http.deps import require_token
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
-from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
+from service.http.routes import (
+    checkpoints,
+    cluster,
+    code,
+    events,
+    jobs,
+    logs,
+    metrics,
+    prometheus,
+    trials,
+    worker_groups,
+)
 from service.http.streams import StreamCap
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
+from service.telemetry.collector import StoreCollector
+from service.telemetry.latency import RequestTimer
 
 log = logging.getLogger("raydock.api")
 
@@ -55,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         token=settings.api_token,
         open_docs=settings.open_docs,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
+    app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
@@ -65,10 +80,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in V1_ROUTES:
         v1.include_router(module.router)
     app.include_router(cluster.health_router)
+    app.include_router(prometheus.router)  # its own token rule (routes/prometheus.py)
     app.include_router(v1)
     app.include_router(events.router, prefix="/v1/internal")  # per-job events token, not the API token
     errors_as_json(app)
-    app.state.methods_by_path = methods_by_path(app, [("", cluster.health_router), ("/v1/internal", events.router)])
+    app.state.methods_by_path = methods_by_path(
+        app, [("", cluster.health_router), ("", prometheus.router), ("/v1/internal", events.router)]
+    )
     return app
 
 
@@ -90,6 +108,8 @@ def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[
 async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
+    app.state.store_metrics = CollectorRegistry()
+    app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
     try:
