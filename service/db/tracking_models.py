@@ -19,8 +19,12 @@ class TrackingExportRow(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     tensorboard: Mapped[bool] = mapped_column(Boolean, default=False)
     mlflow_experiment: Mapped[str | None] = mapped_column(String(200))
-    metric_seq: Mapped[int] = mapped_column(Integer, default=0)  # the next ``metrics.seq`` to export
-    trial_metric_id: Mapped[int] = mapped_column(BigInteger, default=0)  # the last ``trial_metrics.id`` exported
+    # Each tool's cursor, so one that fails is retried alone: the next ``metrics.seq`` to
+    # export and the last ``trial_metrics.id`` exported.
+    tensorboard_seq: Mapped[int] = mapped_column(Integer, default=0)
+    tensorboard_trial_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    mlflow_seq: Mapped[int] = mapped_column(Integer, default=0)
+    mlflow_trial_id: Mapped[int] = mapped_column(BigInteger, default=0)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
     trial_runs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # trial id -> its nested MLflow run
     # The attempt whose end was exported (0: none); a resumed job is exported again from its cursor.

@@ -35,6 +35,7 @@ from service.http.routes import (
     logs,
     metrics,
     prometheus,
+    tracking,
     trials,
     worker_groups,
 )
@@ -43,6 +44,7 @@ from service.runtime import Runtime, build_runtime
 from service.settings import Settings
 from service.telemetry.collector import StoreCollector
 from service.telemetry.latency import RequestTimer
+from service.tracking.exporter import Exporter
 
 log = logging.getLogger("raydock.api")
 
@@ -90,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
@@ -112,10 +114,14 @@ async def lifespan(app: FastAPI):
     app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
+    # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
+    exporter = asyncio.create_task(
+        Exporter(runtime.service.sessions, app.state.settings).run(), name="raydock-tracking"
+    )
     try:
         yield
     finally:
-        for t in (task, sweeper):
+        for t in (task, sweeper, exporter):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
