@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
-from starlette.routing import Route
+from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
@@ -87,9 +87,13 @@ def test_a_spec_flattens_to_dotted_params_within_mlflow_limits():
 
 
 def test_latency_labels_are_route_templates_and_status_classes():
-    scope = {"route": Route("/v1/jobs/{job_id}", endpoint=lambda r: None)}
-    assert route_template(scope) == "/v1/jobs/{job_id}"
-    assert route_template({}) == UNMATCHED  # a 404 or a refusal before routing: one label, not one per path
+    templates = [(compile_path(t)[0], t) for t in ("/v1/jobs/{job_id}", "/v1/jobs/{job_id}/metrics", "/healthz")]
+    # A route included in a router knows only its own part of the path; the label is the whole template.
+    scope = {"route": Route("/jobs/{job_id}", endpoint=lambda r: None), "path": "/v1/jobs/j0123"}
+    assert route_template(scope, templates) == "/v1/jobs/{job_id}"
+    scope = {"route": Route("/jobs/{job_id}/metrics", endpoint=lambda r: None), "path": "/v1/jobs/j0123/metrics"}
+    assert route_template(scope, templates) == "/v1/jobs/{job_id}/metrics"
+    assert route_template({"path": "/v1/jobs/j0123/nope"}, templates) == UNMATCHED  # one label, not one per path
     assert [status_class(s) for s in (200, 302, 404, 503, 0)] == ["2xx", "3xx", "4xx", "5xx", "other"]
 
 

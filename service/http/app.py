@@ -86,9 +86,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1)
     app.include_router(events.router, prefix="/v1/internal")  # per-job events token, not the API token
     errors_as_json(app)
-    app.state.methods_by_path = methods_by_path(
-        app, [("", cluster.health_router), ("", prometheus.router), ("/v1/internal", events.router)]
-    )
+    mounted = [("", cluster.health_router), ("", prometheus.router), ("/v1/internal", events.router)]
+    app.state.methods_by_path = methods_by_path(app, mounted)
+    app.state.route_templates = route_templates(app, mounted)
     return app
 
 
@@ -97,13 +97,24 @@ V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, c
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
     """Each path template with every method served on it, for the ``Allow`` header of a 405."""
+    table = _templates(app, mounted)
+    return [(compile_path(path)[0], methods) for path, methods in table.items()]
+
+
+def route_templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, str]]:
+    """Each full path template (``/v1/jobs/{job_id}``) with its pattern: the label of a
+    request's latency (a route included in a router knows only its own part of the path)."""
+    return [(compile_path(path)[0], path) for path in _templates(app, mounted)]
+
+
+def _templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> dict[str, set[str]]:
     table: dict[str, set[str]] = {}
     routers = [("/v1", m.router) for m in V1_ROUTES] + mounted + [("", app.router)]
     for prefix, router in routers:
         for route in router.routes:
             if isinstance(route, Route) and route.methods:
                 table.setdefault(prefix + route.path, set()).update(route.methods)
-    return [(compile_path(path)[0], methods) for path, methods in table.items()]
+    return table
 
 
 @contextlib.asynccontextmanager

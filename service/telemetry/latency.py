@@ -8,6 +8,7 @@ route (a 404, or refused before routing) counts under ``<unmatched>``."""
 
 from __future__ import annotations
 
+import re
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,10 +23,19 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
-def route_template(scope: Scope) -> str:
+def route_template(scope: Scope, templates: list[tuple[re.Pattern, str]]) -> str:
+    """The full template of the route that answered: of the app's templates (``(pattern,
+    template)``, in routing order) the first that matches the path and ends with the
+    matched route's own path; ``UNMATCHED`` when no route answered."""
     route = scope.get("route")
-    path = getattr(route, "path_format", None) or getattr(route, "path", None)
-    return path if isinstance(path, str) and path else UNMATCHED
+    own = getattr(route, "path", None)
+    if not isinstance(own, str):
+        return UNMATCHED
+    path = scope.get("path", "")
+    for pattern, template in templates:
+        if template.endswith(own) and pattern.match(path):
+            return template
+    return own
 
 
 class RequestTimer:
@@ -44,8 +54,9 @@ class RequestTimer:
                 return
             timed = True
             method = scope.get("method", "")
+            templates = getattr(getattr(scope.get("app"), "state", None), "route_templates", [])
             REQUESTS.labels(
-                method if method in METHODS else "other", route_template(scope), status_class(status)
+                method if method in METHODS else "other", route_template(scope, templates), status_class(status)
             ).observe(time.perf_counter() - started)
 
         async def timed_send(message: Message) -> None:
