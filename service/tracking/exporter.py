@@ -82,9 +82,10 @@ class Exporter:
                 .limit(JOBS_PER_PASS)
             ).all()
         for job_id in pending:
-            self.export(job_id)
+            self.export(job_id, rotate=len(pending) == JOBS_PER_PASS)
 
-    def export(self, job_id: str) -> None:
+    def export(self, job_id: str, rotate: bool = False) -> None:
+        """One job's pass; ``rotate``: more jobs wait than a pass takes, so this one goes to the back."""
         with self.sessions() as s:
             job = s.get(JobRow, job_id)
             row = s.get(TrackingExportRow, job_id)
@@ -101,8 +102,8 @@ class Exporter:
             caught_up &= self._tool(facts, "mlflow", lambda f: self._mlflow(f, experiment))
         if facts.status.is_terminal() and caught_up:
             self._finish(facts, wants_tb, experiment)
-        with self.sessions.begin() as s:
-            s.execute(update(TrackingExportRow).where(TrackingExportRow.job_id == job_id).values(updated_at=utcnow()))
+        if rotate:
+            self._note(job_id, updated_at=utcnow())
 
     def _tool(self, facts: JobFacts, tool: str, step) -> bool:
         """Run one tool's export for a job; False when it is not caught up (more to do, or it failed)."""
