@@ -172,3 +172,21 @@ def test_a_spec_asking_for_mlflow_is_refused_on_a_server_without_it(tmp_path):
         enrol.check(spec, Settings(data_dir=tmp_path))
     assert refused.value.code == "mlflow_not_configured" and "RAYDOCK_MLFLOW_TRACKING_URI" in str(refused.value)
     enrol.check(spec, Settings(data_dir=tmp_path, mlflow_tracking_uri=f"file:{tmp_path}/mlruns"))  # accepted
+
+
+def test_events_taken_in_and_dropped_are_counted_by_channel(store, tmp_path):
+    from service.events.ingest import Ingest
+
+    reg = instruments.REGISTRY
+    add_job(store, "je", JobStatus.RUNNING, attempt=1)
+    taken = sample(reg, "raydock_events_ingested_total", channel="push")
+    dropped = sample(reg, "raydock_events_dropped_total", channel="push")
+    events = [
+        {"type": "metric", "seq": 0, "ts": 1.0, "metrics": {"step": 1, "loss": 0.5}},
+        {"type": "metric", "seq": 1, "ts": 2.0, "metrics": {"step": 2, "loss": 0.4}},
+        {"type": "no such event", "seq": 2},
+        "not an event at all",
+    ]
+    assert Ingest(store, str(tmp_path)).take("je", events, push=True)
+    assert sample(reg, "raydock_events_ingested_total", channel="push") == taken + 2
+    assert sample(reg, "raydock_events_dropped_total", channel="push") == dropped + 2
