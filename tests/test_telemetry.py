@@ -190,3 +190,33 @@ def test_events_taken_in_and_dropped_are_counted_by_channel(store, tmp_path):
     assert Ingest(store, str(tmp_path)).take("je", events, push=True)
     assert sample(reg, "raydock_events_ingested_total", channel="push") == taken + 2
     assert sample(reg, "raydock_events_dropped_total", channel="push") == dropped + 2
+
+
+def test_a_stream_is_timed_to_its_first_byte_not_for_as_long_as_it_stays_open():
+    import asyncio
+
+    from service.telemetry.latency import RequestTimer
+
+    async def streaming_app(scope, receive, send):  # an SSE-like answer: a head, then a slow body
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(3):
+            await asyncio.sleep(0.1)
+            await send({"type": "http.response.body", "body": b"data: x\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent = []
+
+    async def send(message):
+        sent.append(message["type"])
+
+    labels = {"method": "GET", "route": UNMATCHED, "status": "2xx"}
+    count = sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_count", **labels)
+    total = sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_sum", **labels)
+    scope = {"type": "http", "method": "GET", "path": "/stream"}
+    asyncio.run(RequestTimer(streaming_app)(scope, receive, send))
+    assert sent.count("http.response.body") == 4  # the stream went through whole
+    assert sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_count", **labels) == count + 1
+    assert sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_sum", **labels) - total < 0.1
