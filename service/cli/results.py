@@ -48,6 +48,20 @@ def checkpoints(
             fail(exc.message)
 
 
+def tensorboard(
+    job_id: str,
+    dest: Annotated[Path, typer.Option(help="Where to unpack the event files.")] = Path("."),
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Download a job's TensorBoard event files (spec tracking.tensorboard); then run tensorboard --logdir on them."""
+    with client_for(url, token) as client:
+        try:
+            console.print(str(client.job(job_id).download_tensorboard(dest)))
+        except RaydockError as exc:
+            fail(exc.message)
+
+
 # --- a search's trials (kind: tune jobs)
 
 
