@@ -19,7 +19,7 @@ from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
 from service.cli.gc import gc
-from service.cli.results import checkpoints, tensorboard, trials
+from service.cli.results import checkpoints, trials
 from service.code.upload_view import UploadView, describe
 
 
@@ -289,7 +289,6 @@ def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
 
 
 app.command()(checkpoints)
-app.command()(tensorboard)
 app.command()(trials)
 app.command()(gc)
 

@@ -11,7 +11,7 @@ import yaml
 from rich.table import Table
 
 from api.errors import RaydockError
-from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console, fail
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
 from service.db.specs import stored_search
 
 
@@ -48,6 +48,7 @@ def checkpoints(
             fail(exc.message)
 
 
+@app.command()  # registered here: main.py imports this module
 def tensorboard(
     job_id: str,
     dest: Annotated[Path, typer.Option(help="Where to unpack the event files.")] = Path("."),
