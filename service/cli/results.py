@@ -11,7 +11,7 @@ import yaml
 from rich.table import Table
 
 from api.errors import RaydockError
-from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console, fail
 from service.db.specs import stored_search
 
 
@@ -44,21 +44,6 @@ def checkpoints(
                     c.path,
                 )
             console.print(table)
-        except RaydockError as exc:
-            fail(exc.message)
-
-
-@app.command()  # registered here: main.py imports this module
-def tensorboard(
-    job_id: str,
-    dest: Annotated[Path, typer.Option(help="Where to unpack the event files.")] = Path("."),
-    url: UrlOpt = DEFAULT_URL,
-    token: TokenOpt = None,
-) -> None:
-    """Download a job's TensorBoard event files (spec tracking.tensorboard); then run tensorboard --logdir on them."""
-    with client_for(url, token) as client:
-        try:
-            console.print(str(client.job(job_id).download_tensorboard(dest)))
         except RaydockError as exc:
             fail(exc.message)
 
