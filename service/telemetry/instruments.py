@@ -64,7 +64,7 @@ EVENTS_DROPPED = Counter(
 MONITOR_TICK = Histogram(
     "raydock_monitor_tick_seconds", "Time one monitor tick took.", buckets=FAST_BUCKETS, registry=REGISTRY
 )
-WEBHOOK_OUTCOMES = ("delivered", "failed", "retried", "refused")
+WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused")
 WEBHOOK_DELIVERIES = Counter(
     "raydock_webhook_deliveries",
     "Webhook delivery attempts by outcome: " + ", ".join(WEBHOOK_OUTCOMES) + ".",
@@ -81,7 +81,8 @@ TRACKING_ERRORS = Counter("raydock_tracking_errors", "Failed export passes, by t
 
 
 def webhook_delivered(outcome: str) -> None:
-    """Count one webhook delivery attempt; an outcome outside WEBHOOK_OUTCOMES counts as 'failed'."""
+    """Count one webhook delivery attempt (the event log's deliverer calls it after each post: its
+    ``on_attempt`` hook); an outcome outside WEBHOOK_OUTCOMES counts as 'failed'."""
     WEBHOOK_DELIVERIES.labels(outcome if outcome in WEBHOOK_OUTCOMES else "failed").inc()
 
 
