@@ -160,3 +160,28 @@ def test_a_search_logs_one_nested_run_per_trial_and_one_tensorboard_run_each(set
         ]
     folder = storage.local_path(storage.join(storage.job_prefix(settings.resolved_storage_path, "js1"), "tensorboard"))
     assert scalars(os.path.join(folder, "t_00001"), "loss") == [(0, pytest.approx(1.0)), (1, pytest.approx(1.1))]
+
+
+def test_an_mlflow_server_that_does_not_answer_holds_up_neither_tensorboard_nor_the_other_jobs(setup, monkeypatch):
+    from service.cluster.local_cluster import free_ports
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once: the test's time is not the point
+
+    sessions, settings = setup
+    settings = settings.model_copy(update={"mlflow_tracking_uri": f"http://127.0.0.1:{free_ports(1)[0]}"})
+    jobs = [f"jd{i}" for i in range(4)]
+    for job_id in jobs:
+        job(sessions, job_id, "train", {"kind": "train"})
+        reports(sessions, job_id, 0, 2)
+    exporter = Exporter(sessions, settings)
+    started = time.monotonic()
+    exporter.export_once()
+    took = time.monotonic() - started
+    with sessions() as s:
+        rows = [s.get(TrackingExportRow, job_id) for job_id in jobs]
+    assert [r.tensorboard_seq for r in rows] == [2, 2, 2, 2]  # TensorBoard went on for every job
+    assert [r.mlflow_seq for r in rows] == [0, 0, 0, 0]
+    # The first job found the server down; the others waited for it to come back instead of each timing out.
+    failed = [r.job_id for r in rows if r.error]
+    assert len(failed) == 1 and "mlflow" in rows[jobs.index(failed[0])].error, [r.error for r in rows]
+    print(f"\none pass over 4 jobs with MLflow down: {took:.1f}s")

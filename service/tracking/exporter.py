@@ -26,7 +26,7 @@ from service.db.models import JobRow, utcnow
 from service.db.tracking_models import TrackingExportRow
 from service.settings import Settings
 from service.telemetry.instruments import TRACKING_ERRORS, TRACKING_EXPORTED
-from service.tracking.mlflow_runs import MlflowRuns
+from service.tracking.mlflow_runs import MlflowRuns, unreachable
 from service.tracking.names import tensorboard_tag
 from service.tracking.tensorboard import TensorboardSink
 
@@ -54,7 +54,8 @@ class Exporter:
         self.storage_path = settings.resolved_storage_path
         self.tensorboard = TensorboardSink(self.storage_path, settings.data_dir / "tensorboard-staging")
         self.mlflow = MlflowRuns(settings.mlflow_tracking_uri) if settings.mlflow_tracking_uri else None
-        self._retry_at: dict[tuple[str, str], tuple[float, int]] = {}  # (job, tool) -> (when, failures)
+        # (job, tool) -> (when to try again, failures in a row); job "" is the tool itself (server down)
+        self._retry_at: dict[tuple[str, str], tuple[float, int]] = {}
 
     async def run(self) -> None:
         while True:
@@ -106,14 +107,19 @@ class Exporter:
             self._note(job_id, updated_at=utcnow())
 
     def _tool(self, facts: JobFacts, tool: str, step) -> bool:
-        """Run one tool's export for a job; False when it is not caught up (more to do, or it failed)."""
+        """Run one tool's export for a job; False when it is not caught up (more to do, or it failed).
+        A tracking server that does not answer is left alone for every job until its pause ends, so
+        it costs one timeout per pause, not one per job, and the other tool goes on meanwhile."""
         key = (facts.job_id, tool)
         when, failures = self._retry_at.get(key, (0.0, 0))
-        if time.monotonic() < when:
+        down_until, down_failures = self._retry_at.get(("", tool), (0.0, 0))
+        if time.monotonic() < max(when, down_until):
             return False
         try:
             caught_up = step(facts)
         except Exception as exc:  # noqa: BLE001 - a tracker's failure must not stop the other jobs
+            if tool == "mlflow" and unreachable(exc):
+                key, failures = ("", tool), down_failures
             failures += 1
             self._retry_at[key] = (time.monotonic() + min(2.0**failures, MAX_BACKOFF_S), failures)
             TRACKING_ERRORS.labels(tool).inc()
@@ -121,6 +127,7 @@ class Exporter:
             self._note(facts.job_id, error=f"{tool}: {type(exc).__name__}: {exc}"[:2000])
             return False
         self._retry_at.pop(key, None)
+        self._retry_at.pop(("", tool), None)
         return caught_up
 
     # ------------------------------------------------------------------ reading

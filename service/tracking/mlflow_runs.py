@@ -17,10 +17,35 @@ MAX_ARTIFACT_BYTES = 2 << 30  # a final checkpoint larger than this is not copie
 END_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELLED": "KILLED"}
 
 
+# MLflow's own HTTP defaults retry a call 7 times over minutes (timeout 120 s each): a tracking
+# server that is down would hold the exporter that long per call. The operator's values win.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
+
+
 def _client(uri: str):
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     from mlflow.tracking import MlflowClient  # heavy: only once a job asks for MLflow
 
     return MlflowClient(tracking_uri=uri)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether MLflow failed as a server that does not answer (not as a refusal of what was sent)."""
+    import requests
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+            return True
+        if "API request to" in str(seen) and ("Max retries exceeded" in str(seen) or "timed out" in str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class MlflowRuns:
