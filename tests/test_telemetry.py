@@ -220,3 +220,25 @@ def test_a_stream_is_timed_to_its_first_byte_not_for_as_long_as_it_stays_open():
     assert sent.count("http.response.body") == 4  # the stream went through whole
     assert sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_count", **labels) == count + 1
     assert sample(instruments.REGISTRY, "raydock_http_request_duration_seconds_sum", **labels) - total < 0.1
+
+
+def test_tracking_is_a_field_of_the_search_not_of_its_trials():
+    from pydantic import ValidationError
+
+    search = {
+        "kind": "tune",
+        "base": digits_spec(epochs=1),
+        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 1e-3, "high": 1e-1}},
+        "metric": "val_acc",
+        "mode": "max",
+        "tracking": {"tensorboard": True},
+    }
+    assert parse_job_spec(search).tracking.tensorboard
+    with pytest.raises(ValidationError) as in_base:
+        parse_job_spec({**search, "base": digits_spec(epochs=1, tracking={"tensorboard": True})})
+    with pytest.raises(ValidationError) as searched:
+        parse_job_spec({**search, "search_space": {"tracking.tensorboard": {"type": "grid", "values": [True, False]}}})
+    assert "base.tracking" in str(in_base.value) and "set it on the tune job" in str(searched.value)
+    with pytest.raises(ValidationError) as bad_name:
+        parse_job_spec(digits_spec(tracking={"mlflow": {"experiment": "../" + "x" * 300}}))
+    assert "experiment" in str(bad_name.value) and "pattern" in str(bad_name.value)

@@ -20,6 +20,10 @@ class JobCommon(Strict):
     kind: str
     name: JobName
     labels: Labels = Field(default_factory=dict)
+    tracking: TrackingSpec | None = Field(
+        default=None,
+        description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
+    )
     priority: int = Field(
         default=0,
         ge=-1000,
@@ -37,8 +41,4 @@ class JobCommon(Strict):
         gt=0,
         le=MAX_DURATION_S,
         description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
-    )
-    tracking: TrackingSpec | None = Field(
-        default=None,
-        description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
     )
