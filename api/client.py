@@ -318,3 +318,20 @@ class Job:
             with tarfile.open(fileobj=archive, mode="r:gz") as tar:
                 archives.extract(tar, target)  # the data filter, or the same checks where tarfile lacks it
         return target
+
+    def download_tensorboard(self, dest: str | Path = ".") -> Path:
+        """Download the job's TensorBoard event files (spec ``tracking.tensorboard``) into
+        ``dest``/<job>-tensorboard/, for ``tensorboard --logdir`` there."""
+        target = Path(dest) / f"{self.id}-tensorboard"
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target) as archive:
+            with self.client.http.stream("GET", f"/v1/jobs/{self.id}/tensorboard", timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise error_from_body(r.status_code, r.json())
+                for piece in r.iter_bytes(DOWNLOAD_PIECE):
+                    archive.write(piece)
+            archive.seek(0)
+            with tarfile.open(fileobj=archive, mode="r:gz") as tar:
+                archives.extract(tar, target)
+        return target

@@ -40,6 +40,8 @@ from service.events.push import PushGate, check_search_batch, chunks
 from service.events.tokens import token_matches
 from service.job_reads import JobReads
 from service.settings import Settings
+from service.telemetry import instruments
+from service.tracking import enrol as tracking
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
@@ -68,6 +70,7 @@ class JobService(JobReads):
         user_code.check_user_code(
             spec, self.settings
         )  # code paths, runtime_env, entrypoint (service/code/user_code.py)
+        tracking.check(spec, self.settings)  # a tracker the server has (service/tracking/enrol.py)
         train = code_spec(spec)
         if train.is_user_code and train.code:
             self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [])
@@ -122,11 +125,13 @@ class JobService(JobReads):
                 job = job_records.insert_job(s.connection(), row)
                 if (code := code_spec(spec).code) is not None:
                     self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
+                tracking.enrol(s, job.id, spec)
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
                 return existing, False
             raise
+        instruments.submitted(spec.kind)
         self.on_submit()
         return job, True
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
 from service.db.models import JobRow, TransitionRow, utcnow
+from service.telemetry import transitions as telemetry
 
 S = JobStatus
 C = FailureCause
@@ -92,6 +93,15 @@ def transition(
     for key, value in values.items():
         set_committed_value(job, key, value)
     session.add(TransitionRow(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason))
+    telemetry.moved(
+        session,
+        job_id=job.id,
+        kind=job.kind,
+        current=current,
+        target=target,
+        cause=values.get("failure_cause"),
+        queued_at=job.queued_at if target == S.STARTING else None,
+    )
     return True
 
 
@@ -145,19 +155,20 @@ def transition_many(
         .order_by(JobRow.id)
         .with_for_update()
     )
-    moved = list(
-        session.scalars(
-            update(JobRow)
-            .where(JobRow.id.in_(job_ids), JobRow.status == current.value)
-            .values(**values)
-            .returning(JobRow.id),
-            execution_options={"synchronize_session": False},
-        )
-    )
+    rows = session.execute(
+        update(JobRow)
+        .where(JobRow.id.in_(job_ids), JobRow.status == current.value)
+        .values(**values)
+        .returning(JobRow.id, JobRow.kind),
+        execution_options={"synchronize_session": False},
+    ).all()
+    moved = [job_id for job_id, _ in rows]
     session.add_all(
         TransitionRow(job_id=job_id, from_status=current.value, to_status=target.value, reason=reason)
         for job_id in moved
     )
+    for job_id, kind in rows:
+        telemetry.moved(session, job_id=job_id, kind=kind, current=current, target=target)
     return moved
 
 

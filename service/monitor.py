@@ -31,6 +31,7 @@ from service.events import logs
 from service.events.log_tails import LogTails
 from service.jobs import JobService
 from service.queue_keeper import QueueKeeper
+from service.telemetry import instruments
 
 log = logging.getLogger("raydock.monitor")
 
@@ -91,10 +92,12 @@ class Monitor:
     async def run(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         while True:
+            started = time.perf_counter()
             try:
                 await asyncio.to_thread(self.tick)
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad tick
                 log.exception("monitor tick failed")
+            instruments.MONITOR_TICK.observe(time.perf_counter() - started)
             # A burst of submits wakes it many times: it ticks at most every MIN_TICK_GAP_S.
             await asyncio.sleep(MIN_TICK_GAP_S)
             try:

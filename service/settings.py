@@ -79,6 +79,19 @@ class Settings(BaseSettings):
         default=False,
         description="Serve /docs, /redoc and /openapi.json without the API token (they need it when one is set).",
     )
+    metrics_token: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Bearer token GET /metrics requires instead of the API token (for a Prometheus that holds no API token).",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="MLflow tracking URI jobs with `tracking.mlflow` export to (http(s)://, file:, sqlite:); unset: refused at submit.",
+    )
+    tracking_interval_s: float = Field(
+        default=2.0, gt=0, le=3600, description="How often the tracking exporter looks for new reports to export."
+    )
     local_num_cpus: int | None = Field(default=None, description="CPUs the local Ray head advertises (default: all).")
     monitor_interval_s: float = Field(default=0.5, description="How often job statuses are polled.")
     train_health_check_interval_s: float = Field(

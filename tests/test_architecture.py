@@ -40,11 +40,27 @@ MODEL_AGNOSTIC = "trainers.parallel"
 SERVICE_ROOMS: dict[str, set[str]] = {
     "service.db": set(),
     "service.cluster": {"service.settings"},
-    "service.events": {"service.db", "service.cluster", "service.lifecycle", "service.storage", "service.settings"},
+    "service.events": {
+        "service.db",
+        "service.cluster",
+        "service.lifecycle",
+        "service.storage",
+        "service.settings",
+        "service.telemetry.instruments",  # counts events taken in and dropped
+    },
     "service.code": {"service.db", "service.storage", "service.settings"},
     "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {"service.db", "service.settings"},
+    # Counters are a leaf (instruments imports nothing of ours); the scrape-time gauges read the store.
+    "service.telemetry": {"service.db"},
+    "service.tracking": {
+        "service.db",
+        "service.storage",
+        "service.files",
+        "service.settings",
+        "service.telemetry.instruments",
+    },
     "service.dashboard": {"service.jobs", "service.job_reads", "service.db", "service.events", "service.settings"},
 }
 # Rooms only the named modules may import: the command line is a leaf.

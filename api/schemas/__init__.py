@@ -93,6 +93,7 @@ from api.schemas.search_space import (
     apply_values,
     clip_to_space,
 )
+from api.schemas.tracking import MlflowTracking, TrackingSpec
 from api.schemas.train import CheckpointSpec, FailureSpec, OptimizerSpec, ReportSpec, TrainSpec
 from api.schemas.trials import BestTrialPublic, ExploitPublic, TrialCheckpoint, TrialMetricPoint, TrialPublic
 from api.schemas.tune import CLASSIFIER_METRICS, FIXED_FIELDS, MAX_TRIALS, TuneSpec

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.tracking import TrackingSpec
 
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
@@ -19,6 +20,10 @@ class JobCommon(Strict):
     kind: str
     name: JobName
     labels: Labels = Field(default_factory=dict)
+    tracking: TrackingSpec | None = Field(
+        default=None,
+        description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
+    )
     priority: int = Field(
         default=0,
         ge=-1000,

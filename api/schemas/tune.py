@@ -29,6 +29,7 @@ FIXED_FIELDS = {
     "kind": "the job kind",
     "name": "a job-level field; set it on the tune job",
     "labels": "a job-level field; set it on the tune job",
+    "tracking": "a job-level field; set it on the tune job (each trial is logged under the job's run)",
     "priority": "a job-level field; set it on the tune job",
     "max_runtime_s": "a job-level field; set it on the tune job",
     "scheduling_timeout_s": "a job-level field; set it on the tune job",
@@ -182,6 +183,8 @@ class TuneSpec(JobCommon):
         problems: list[tuple[str, str]] = []
         if self.base.schedule is not None:
             problems.append(("base.schedule", BASE_SCHEDULE_PROBLEM))
+        if self.base.tracking is not None:
+            problems.append(("base.tracking", FIXED_FIELDS["tracking"]))
         if not self.search_space:
             return problems + [
                 (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,8 @@ class RayBackend:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout_s = timeout_s
         self._client = None
+        # The last answer of cluster_info and when (monotonic): what /metrics reports, never asking Ray itself.
+        self.last_cluster: tuple[float, ClusterInfo] | None = None
         self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=timeout_s)
 
     @contextmanager
@@ -222,7 +225,7 @@ class RayBackend:
         ]
         cpu_used, cpu_total = usage.get("CPU", [0.0, 0.0])
         gpu_used, gpu_total = usage.get("GPU", [0.0, 0.0])
-        return ClusterInfo(
+        info = ClusterInfo(
             address=self.address,
             nodes=nodes,
             cpus_total=cpu_total,
@@ -231,6 +234,8 @@ class RayBackend:
             gpus_free=gpu_total - gpu_used,
             autoscaler=autoscaler_from_status(status, self.autoscaler_config, self.autoscaler_config_path),
         )
+        self.last_cluster = (time.monotonic(), info)
+        return info
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
+import service.telemetry.instruments as instruments
 from api.schemas import FailureCause, JobStatus
 from api.schemas.events import (
     MARKER,
@@ -134,6 +135,7 @@ class Ingest:
             return self._take(job_id, [], refused, log_text, log_at, push, attempt_of)
 
     def _take(self, job_id, parsed, refused, log_text, log_at, push=False, attempt_of=None) -> bool:
+        taken = dropped = 0
         with self._locks[job_id], self.sessions.begin() as s:
             job = s.get(JobRow, job_id, with_for_update=True)
             if job is None or (log_at is not None and log_at != job.log_offset):
@@ -141,19 +143,23 @@ class Ingest:
             if job.status in RECEIVING and (attempt_of is None or attempt_of == job.ray_job_id):
                 for exc in refused:
                     self._drop(job, exc)
+                dropped = len(refused)
                 batch = Batch(s, job, parsed, self.limits)
                 for event in parsed:
                     try:
                         # Every check of an event comes before its first write: a refused
                         # event leaves nothing behind.
                         self._apply(s, job, event, push, batch)
+                        taken += 1
                     except (ValidationError, Dropped, ValueError, TypeError, OverflowError) as exc:
                         self._drop(job, exc)
+                        dropped += 1
                 batch.flush()
             if log_text is not None and log_at is not None:
                 logs.append(s, job, log_text, self.max_log_bytes)
                 job.log_offset = log_at + len(log_text)
-            return True
+        instruments.events("push" if push else "log", taken, dropped)  # once committed
+        return True
 
     @staticmethod
     def _drop(job: JobRow, exc: Exception) -> None:
@@ -193,6 +199,7 @@ class Ingest:
                 )
             case WorkerFailureEvent():
                 limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
+                instruments.worker_restarted()
             case ErrorEvent():
                 # Recorded now; the status follows when Ray reports the driver's exit.
                 lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 from starlette.exceptions import HTTPException
 from starlette.routing import Route, compile_path
@@ -25,10 +26,25 @@ from service.http.deps import require_token
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
-from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
+from service.http.routes import (
+    checkpoints,
+    cluster,
+    code,
+    events,
+    jobs,
+    logs,
+    metrics,
+    prometheus,
+    tracking,
+    trials,
+    worker_groups,
+)
 from service.http.streams import StreamCap
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
+from service.telemetry.collector import StoreCollector
+from service.telemetry.latency import RequestTimer
+from service.tracking.exporter import Exporter
 
 log = logging.getLogger("raydock.api")
 
@@ -55,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         token=settings.api_token,
         open_docs=settings.open_docs,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
+    app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
     app.add_exception_handler(RaydockError, raydock_error)
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(HTTPException, http_error)
@@ -65,37 +82,57 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in V1_ROUTES:
         v1.include_router(module.router)
     app.include_router(cluster.health_router)
+    app.include_router(prometheus.router)  # its own token rule (routes/prometheus.py)
     app.include_router(v1)
     app.include_router(events.router, prefix="/v1/internal")  # per-job events token, not the API token
     errors_as_json(app)
-    app.state.methods_by_path = methods_by_path(app, [("", cluster.health_router), ("/v1/internal", events.router)])
+    mounted = [("", cluster.health_router), ("", prometheus.router), ("/v1/internal", events.router)]
+    app.state.methods_by_path = methods_by_path(app, mounted)
+    app.state.route_templates = route_templates(app, mounted)
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
     """Each path template with every method served on it, for the ``Allow`` header of a 405."""
+    table = _templates(app, mounted)
+    return [(compile_path(path)[0], methods) for path, methods in table.items()]
+
+
+def route_templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, str]]:
+    """Each full path template (``/v1/jobs/{job_id}``) with its pattern: the label of a
+    request's latency (a route included in a router knows only its own part of the path)."""
+    return [(compile_path(path)[0], path) for path in _templates(app, mounted)]
+
+
+def _templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> dict[str, set[str]]:
     table: dict[str, set[str]] = {}
     routers = [("/v1", m.router) for m in V1_ROUTES] + mounted + [("", app.router)]
     for prefix, router in routers:
         for route in router.routes:
             if isinstance(route, Route) and route.methods:
                 table.setdefault(prefix + route.path, set()).update(route.methods)
-    return [(compile_path(path)[0], methods) for path, methods in table.items()]
+    return table
 
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
+    app.state.store_metrics = CollectorRegistry()
+    app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
+    # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
+    exporter = asyncio.create_task(
+        Exporter(runtime.service.sessions, app.state.settings).run(), name="raydock-tracking"
+    )
     try:
         yield
     finally:
-        for t in (task, sweeper):
+        for t in (task, sweeper, exporter):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

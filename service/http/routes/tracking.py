@@ -1,0 +1,50 @@
+"""A job's TensorBoard event files as a streamed tar.gz (``tracking.tensorboard`` in its
+spec; written by service/tracking/). Unpack it and run ``tensorboard --logdir``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.errors import NotFound
+from service import storage
+from service.files import archive
+from service.http.deps import Downloads, JobId, Jobs
+from service.http.downloads import GzipResponse
+from service.http.openapi import errors
+from service.tracking.tensorboard import FOLDER
+
+router = APIRouter(tags=["tracking"])
+
+
+@router.get(
+    "/jobs/{job_id}/tensorboard",
+    response_class=GzipResponse,
+    operation_id="download_tensorboard",
+    responses={
+        200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}},
+        **errors(404, 422, 429),
+    },
+)
+def download_tensorboard(jobs: Jobs, downloads: Downloads, job_id: JobId) -> GzipResponse:
+    """The job's TensorBoard event files as a tar.gz, streamed while packed. 404 `no_tensorboard`
+    until the first report is exported, or when the spec did not ask for `tracking.tensorboard`."""
+    jobs.get(job_id)  # 404 for an unknown job
+    prefix = jobs.prefix(job_id)
+    folder = storage.join(prefix, FOLDER)
+    missing = NotFound(
+        f"Job {job_id} has no TensorBoard files: its spec needs `tracking: {{tensorboard: true}}`, and they appear "
+        "with its first exported report.",
+        code="no_tensorboard",
+    )
+    if not storage.exists(folder):
+        raise missing
+    release = downloads.admit()
+    try:
+        pieces = archive.checkpoint_tar(folder, prefix)
+    except OSError:
+        release()
+        raise missing from None
+    except BaseException:
+        release()
+        raise
+    return downloads.response(pieces, release, f"{job_id}-tensorboard.tar.gz")
