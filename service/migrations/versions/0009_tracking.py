@@ -1,16 +1,16 @@
 """tracking: where each job's export to TensorBoard and MLflow stands (service/tracking/),
 and an index GET /metrics counts jobs by status and kind from
 
-Revision ID: 0008_tracking
-Revises: 0007_event_integers
+Revision ID: 0009_tracking
+Revises: 0008_job_resources
 Create Date: 2026-12-03 10:00:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008_tracking"
-down_revision = "0007_event_integers"
+revision = "0009_tracking"
+down_revision = "0008_job_resources"
 branch_labels = None
 depends_on = None
 
