@@ -20,6 +20,7 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
+from service.dashboard import pages
 from service.db.models import JobRow
 from service.http.deps import require_token
 from service.http.downloads import DownloadGate
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(events.router, prefix="/v1/internal")  # per-job events token, not the API token
     errors_as_json(app)
     app.state.methods_by_path = methods_by_path(app, [("", cluster.health_router), ("/v1/internal", events.router)])
+    pages.mount(app)  # last, and outside methods_by_path: page paths never shadow an API route or its Allow
     return app
 
 
