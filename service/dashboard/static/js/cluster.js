@@ -2,7 +2,7 @@
 // queue of jobs waiting for room, in the order they will start.
 
 import { get, query } from "./api.js";
-import { h, replace, panel, table, badge, link, num, when, labels } from "./dom.js";
+import { h, replace, panel, table, link, num, when, labels } from "./dom.js";
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { every } from "./router.js";
 
@@ -49,7 +49,7 @@ export async function clusterPage(main, { signal }) {
             h("td", { class: "mono small", title: n.node_id }, n.node_id.slice(0, 12)),
             h("td", { class: "mono" }, n.ip),
             h("td", {}, n.is_head ? "head" : "worker"),
-            h("td", {}, n.alive ? badge("RUNNING") : badge("FAILED")),
+            h("td", {}, h("span", { class: `badge s-${n.alive ? "SUCCEEDED" : "FAILED"}` }, n.alive ? "alive" : "dead")),
             h("td", { class: "num" }, num(n.cpus)),
             h("td", { class: "num" }, num(n.gpus)),
           ),

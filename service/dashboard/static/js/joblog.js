@@ -6,6 +6,8 @@ import { handleError } from "./frame.js";
 
 const KEEP_CHARS = 2_000_000; // the newest 2 MB on screen; the whole log is at /v1/jobs/{id}/logs
 const MAX_MATCHES = 2000;
+// Terminal colours and cursor moves in worker output (Ray prefixes each line with one).
+const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
 
 export function logPanel(jobId, signal) {
   let text = "";
@@ -41,7 +43,7 @@ export function logPanel(jobId, signal) {
   follow.addEventListener("change", schedule);
 
   followLog(jobId, signal, (piece) => {
-    text += piece;
+    text += piece.replace(ANSI, "");
     if (text.length > KEEP_CHARS) {
       text = text.slice(text.indexOf("\n", text.length - KEEP_CHARS) + 1);
       dropped = true;
