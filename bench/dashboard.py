@@ -43,11 +43,9 @@ from tests.servers import ServerProcess
 CHROMIUM = os.environ.get("RAYDOCK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TARGET_S = 1.0
 BATCH = 8192
-# Resolves with performance.now() at the next frame once `ready` holds: navigation start -> painted.
-PAINTED = """(ready) => new Promise((resolve) => {
-  const check = () => (eval(ready) ? requestAnimationFrame(() => resolve(performance.now())) : setTimeout(check, 5));
-  check();
-})"""
+# Checked at every animation frame (Playwright's raf polling); the frame it first holds in
+# stamps performance.now(): navigation start -> the frame that paints it.
+PAINTED = "() => ({ready}) && (window.paintedAt = performance.now())"
 
 
 def seed_series(database_url: str, data_dir: Path, dead: str, n: int) -> str:
@@ -96,7 +94,8 @@ def time_page(browser, url: str, ready: str, repeat: int) -> list[float]:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(url, wait_until="commit")
-        out.append(page.evaluate(PAINTED, ready) / 1000)
+        page.wait_for_function(PAINTED.format(ready=ready), polling="raf", timeout=60_000)
+        out.append(page.evaluate("window.paintedAt") / 1000)
         context.close()
         if errors:
             raise RuntimeError(f"console errors on {url}: {errors}")

@@ -167,6 +167,10 @@ def test_cluster_page_shows_nodes_capacity_and_queue(dash, tab):
     page.locator("td", has_text="head").first.wait_for()
     assert "CPUs free" in page.inner_text(".cards")
     tab.shot("cluster")
+    page.emulate_media(color_scheme="dark")  # the system's dark setting: the dark palette
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 18, 22)", background
+    tab.shot("cluster-dark")
 
 
 def test_a_pbt_search_draws_its_lineage_and_shows_the_best_replay(dash, sdk, tab):

@@ -111,10 +111,10 @@ export async function jobPage(main, { params, signal }) {
         ["Attempts", String(job.attempt)],
         ["Restarts", String(job.restarts_total)],
         ["Labels", Object.keys(job.labels || {}).length ? labels(job.labels) : null],
-        ["Latest metrics", latest.length ? latest : null],
         ["Ray job", job.ray_job_id],
         ["Dropped events", job.dropped_events ? `${job.dropped_events} (${job.last_dropped_reason || ""})` : null],
       ]),
+      latest.length ? h("div", { class: "latest" }, h("span", { class: "muted small" }, "Latest metrics "), latest) : null,
       job.status === "FAILED" || job.error
         ? h(
             "div",
@@ -142,9 +142,9 @@ export async function jobPage(main, { params, signal }) {
   };
 
   draw();
-  await loadParts();
   if (isSearch) searchSections(main.querySelector("#search"), () => job, signal).catch(handleError);
   else liveMetrics(base, new MetricCharts(charts), job, signal).catch(handleError);
+  await loadParts();
 
   every(REFRESH_MS, signal, async () => {
     if (TERMINAL.has(job.status) && job.finished_at && Date.now() - new Date(job.finished_at) > 60_000) return;

@@ -5,10 +5,10 @@
 import { h, table, num } from "./dom.js";
 import { s, scale, arrowMarker } from "./svg.js";
 
-const LANE = 42;
+const LANE = 56;
 const LEFT = 150;
 const RIGHT = 30;
-const TOP = 30;
+const TOP = 36;
 const WIDTH = 960;
 
 export function lineageGraph(trials, exploits, { unit = "step", best = null } = {}) {
@@ -38,19 +38,25 @@ export function lineageGraph(trials, exploits, { unit = "step", best = null } = 
     x.ticks.map((t) => s("text", { x: x.at(t), y: height - 4, "text-anchor": "middle" }, num(t))),
     s("text", { x: WIDTH - RIGHT, y: height + 12, "text-anchor": "end" }, unit),
   );
-  const edges = exploits.map((e, i) => {
+  const stacked = new Map(); // labels already at a point: the next goes above them
+  const edges = exploits.map((e) => {
     const x1 = x.at(e.donor_time ?? 0);
     const x2 = x.at(e.trial_time ?? e.donor_time ?? 0);
     const y1 = lane.get(e.donor_trial_id);
     const y2 = lane.get(e.trial_id);
     const bend = (y2 - y1) / 2;
     const label = `${unit} ${num(e.donor_time)}: ${mutation(e)}`;
+    const at = `${e.trial_id}@${x2}`;
+    const k = stacked.get(at) || 0;
+    stacked.set(at, k + 1);
+    const up = y2 <= y1 ? 1 : -1; // labels go on the side of the lane away from the donor
     return s(
       "g",
       { class: "edge", "data-from": e.donor_trial_id, "data-to": e.trial_id },
-      s("path", { d: `M${x1},${y1} C${x1 + 30},${y1 + bend} ${x2 - 30},${y2 - bend} ${x2},${y2 + (y2 > y1 ? -8 : 8)}`, "marker-end": "url(#arrow)" }),
+      s("path", { d: `M${x1},${y1} C${x1 + 40},${y1 + bend} ${x2 - 40},${y2 - bend} ${x2},${y2 + (y2 > y1 ? -5 : 5)}`, "marker-end": "url(#arrow)" }),
       s("circle", { cx: x1, cy: y1, r: 3.5, class: "dot" }),
-      s("text", { x: (x1 + x2) / 2 + 6, y: (y1 + y2) / 2 + (i % 2 ? 12 : -4) }, label),
+      s("circle", { cx: x2, cy: y2, r: 3.5, class: "dot" }),
+      s("text", { x: x2 + 8, y: y2 + (up > 0 ? 16 + 12 * k : -8 - 12 * k) }, label),
       s("title", {}, `${e.trial_id} cloned ${e.donor_trial_id} at ${unit} ${num(e.donor_time)}; ${mutation(e)}`),
     );
   });

@@ -91,7 +91,8 @@ function login(message = "") {
   input.focus();
 }
 
-function notFound(el, { notFound: path }) {
+function notFound(el) {
+  const path = location.pathname;
   setTitle("Not found");
   replace(el, h("div", { class: "notice" }, `No page at ${path}. `, h("a", { href: "/" }, "Go to the jobs.")));
 }

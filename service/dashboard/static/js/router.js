@@ -1,4 +1,4 @@
-// Client-side routes on the History API: links stay real <a href> (keyboard, new tab, reload),
+// Client-side routes (the last one registered should match any path) on the History API: links stay real <a href> (keyboard, new tab, reload),
 // and the server answers index.html for any page path, so a deep link survives a reload.
 
 const routes = [];
@@ -35,7 +35,6 @@ export async function render() {
     const search = new URLSearchParams(location.search);
     return r.render({ params, search, signal: controller.signal });
   }
-  return routes.at(-1).render({ params: {}, search: new URLSearchParams(), signal: controller.signal, notFound: path });
 }
 
 export function start() {

@@ -129,13 +129,13 @@ function drawScatter(el, trials, params, param, metric, best, choose) {
     const ys = pts.map((t) => t.best_metric);
     const lo = Math.min(...xs);
     const hi = Math.max(...xs);
-    const x = scale(lo, hi, M.l, W - M.r, { log: lo > 0 && hi / lo > 20 });
-    const y = scale(Math.min(...ys), Math.max(...ys), H - M.b, M.t);
+    const x = scale(lo, hi, M.l, W - M.r, { log: lo > 0 && hi / lo > 20, pad: 0.08 });
+    const y = scale(Math.min(...ys), Math.max(...ys), H - M.b, M.t, { pad: 0.08 });
     body = s(
       "svg",
       { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": `${param} against ${metric}` },
       s("g", { class: "axis" }, x.ticks.map((v) => s("text", { x: x.at(v), y: H - M.b + 16, "text-anchor": "middle" }, num(v))), s("text", { x: (W + M.l) / 2, y: H - 4, "text-anchor": "middle" }, param)),
-      s("g", { class: "axis" }, y.ticks.map((v) => s("text", { x: M.l - 6, y: y.at(v) + 4, "text-anchor": "end" }, num(v))), s("line", { x1: M.l, x2: M.l, y1: M.t, y2: H - M.b })),
+      s("g", { class: "axis" }, y.ticks.map((v) => s("text", { x: M.l - 6, y: y.at(v) + 4, "text-anchor": "end" }, num(v))), s("line", { x1: M.l, x2: M.l, y1: M.t, y2: H - M.b }), s("line", { x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b })),
       pts.map((t) =>
         s("circle", { class: `dot${t.trial_id === best?.trial_id ? " best" : ""}`, cx: x.at(t.config[param]), cy: y.at(t.best_metric), r: 6 }, s("title", {}, `${short(t.trial_id)}: ${param}=${num(t.config[param])}, ${metric}=${num(t.best_metric)}`)),
       ),

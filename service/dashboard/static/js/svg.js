@@ -10,10 +10,14 @@ export function s(tag, attrs = {}, ...children) {
 }
 
 // A linear or logarithmic scale from [lo, hi] onto [a, b], with a few round ticks.
-export function scale(lo, hi, a, b, { log = false } = {}) {
+export function scale(lo, hi, a, b, { log = false, pad = 0 } = {}) {
   if (lo === hi) {
-    lo = log ? lo / 2 : lo - 1;
-    hi = log ? hi * 2 : hi + 1;
+    lo = log ? lo / 2 : lo - Math.abs(lo || 1) * 0.1;
+    hi = log ? hi * 2 : hi + Math.abs(hi || 1) * 0.1;
+  } else if (pad) {
+    // room around the extreme points, so none sits on the frame
+    const span = log ? Math.log10(hi / lo) * pad : (hi - lo) * pad;
+    [lo, hi] = log ? [lo / 10 ** span, hi * 10 ** span] : [lo - span, hi + span];
   }
   const f = log ? Math.log10 : (v) => v;
   const [flo, fhi] = [f(lo), f(hi)];
