@@ -53,7 +53,7 @@ export function lineageGraph(trials, exploits, { unit = "step", best = null } = 
     return s(
       "g",
       { class: "edge", "data-from": e.donor_trial_id, "data-to": e.trial_id },
-      s("path", { d: `M${x1},${y1} C${x1 + 40},${y1 + bend} ${x2 - 40},${y2 - bend} ${x2},${y2 + (y2 > y1 ? -5 : 5)}`, "marker-end": "url(#arrow)" }),
+      s("path", { d: edgePath(x1, y1, x2, y2 + (y2 > y1 ? -5 : 5), bend), "marker-end": "url(#arrow)" }),
       s("circle", { cx: x1, cy: y1, r: 3.5, class: "dot" }),
       s("circle", { cx: x2, cy: y2, r: 3.5, class: "dot" }),
       s("text", { x: x2 + 8, y: y2 + (up > 0 ? 16 + 12 * k : -8 - 12 * k) }, label),
@@ -77,6 +77,12 @@ export function lineageGraph(trials, exploits, { unit = "step", best = null } = 
     svg,
     h("details", {}, h("summary", {}, "Exploits as a table"), table(["Trial", "Cloned from", { label: unit, cls: "num" }, { label: "Donor metric", cls: "num" }, "Mutation"], rows)),
   );
+}
+
+// A bow for a clone at the donor's own step (a vertical hop), an S-curve when it moves on.
+function edgePath(x1, y1, x2, y2, bend) {
+  if (Math.abs(x2 - x1) < 24) return `M${x1},${y1} Q${Math.max(x1, x2) + 36},${(y1 + y2) / 2} ${x2},${y2}`;
+  return `M${x1},${y1} C${x1 + 40},${y1 + bend} ${x2 - 40},${y2 - bend} ${x2},${y2}`;
 }
 
 export function mutation(e) {

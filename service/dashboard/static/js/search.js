@@ -171,9 +171,9 @@ function drawBest(el, job, best, base) {
       ["Trial", short(best.trial_id)],
       [`${best.metric} (${best.mode})`, num(best.value)],
       ["Final", best.final ? "yes" : "best so far"],
-      ["Checkpoint", best.checkpoint ? best.checkpoint.path : null],
       ...Object.entries(best.config || {}).map(([k, v]) => [k, num(v)]),
     ]),
+    best.checkpoint ? h("p", { class: "small" }, "Checkpoint ", h("code", {}, best.checkpoint.path)) : null,
     h("div", { class: "row" }, button, finished ? null : h("span", { class: "muted small" }, "The replay spec is ready once the search has succeeded.")),
     out,
   );
