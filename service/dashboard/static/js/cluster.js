@@ -2,7 +2,7 @@
 // queue of jobs waiting for room, in the order they will start.
 
 import { get, query } from "./api.js";
-import { h, replace, panel, table, link, num, when, labels } from "./dom.js";
+import { h, replace, keepFocus, panel, table, link, num, when, labels } from "./dom.js";
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { every } from "./router.js";
 
@@ -86,7 +86,7 @@ export async function clusterPage(main, { signal }) {
           ],
     );
     const items = queued.items.slice().sort((x, y) => (x.queue_position ?? 1e12) - (y.queue_position ?? 1e12));
-    replace(
+    keepFocus(queue, () => replace(
       queue,
       table(
         [{ label: "#", cls: "num" }, "Job", "Why it waits", "Labels", "Submitted"],
@@ -104,7 +104,7 @@ export async function clusterPage(main, { signal }) {
         { empty: "No job is waiting: every submitted job has started." },
       ),
       queued.total > items.length ? h("p", { class: "muted small" }, `The ${items.length} newest of ${queued.total.toLocaleString()} queued jobs, in queue order. `, link("/?status=QUEUED", "All queued jobs")) : null,
-    );
+    ));
     setStatus(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();

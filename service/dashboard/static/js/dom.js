@@ -27,6 +27,21 @@ export function replace(el, ...children) {
   return el;
 }
 
+// Redraw a part of the page that refreshes itself without taking the keyboard focus away:
+// the focused link or button inside it is focused again in the new content.
+export function keepFocus(container, redraw) {
+  const was = document.activeElement;
+  const key = container.contains(was) && was !== container ? focusKey(was) : null;
+  redraw();
+  if (!key) return;
+  const again = [...container.querySelectorAll(was.tagName)].find((el) => focusKey(el) === key);
+  again?.focus();
+}
+
+function focusKey(el) {
+  return `${el.tagName}|${el.id}|${el.getAttribute("href") || ""}|${el.getAttribute("aria-label") || el.textContent}`;
+}
+
 export function link(href, ...children) {
   return h("a", { href }, ...children);
 }

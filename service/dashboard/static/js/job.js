@@ -2,7 +2,7 @@
 // the search's views), its log, checkpoints, attempts and worker groups, and its spec.
 
 import { get, post, del, download, streamEvents } from "./api.js";
-import { h, replace, badge, table, when, runtime, progress, labels, facts, panel, num, TERMINAL, errorNotice } from "./dom.js";
+import { h, replace, keepFocus, badge, table, when, runtime, progress, labels, facts, panel, num, TERMINAL, errorNotice } from "./dom.js";
 import { setTitle, handleError, setStatus, confirmAction } from "./frame.js";
 import { navigate, every } from "./router.js";
 import { MetricCharts } from "./charts.js";
@@ -11,11 +11,14 @@ import { searchSections } from "./search.js";
 import { toYaml } from "./yaml.js";
 
 const REFRESH_MS = 3000;
-const HISTORY_POINTS = 2000;
+const HISTORY_POINTS = 1000; // a few points per pixel of a chart's width
 
 export async function jobPage(main, { params, signal }) {
   const id = params.id;
   const base = `/jobs/${encodeURIComponent(id)}`;
+  // The chart's history is asked for at once, beside the job: it is what takes longest to draw.
+  const history = get(`${base}/metrics?max_points=${HISTORY_POINTS}`, signal);
+  history.catch(() => {}); // a search has no series of its own; a refusal shows through the job's read
   let job = await get(base, signal);
   setTitle(job.name, "Job");
 
@@ -128,7 +131,7 @@ export async function jobPage(main, { params, signal }) {
   };
 
   const draw = () => {
-    drawHead();
+    keepFocus(head, drawHead);
     drawSummary();
     drawGroups(groups, job, workerGroups);
   };
@@ -137,13 +140,13 @@ export async function jobPage(main, { params, signal }) {
   const loadParts = async () => {
     const [cps, wgs] = await Promise.all([get(`${base}/checkpoints`, signal), get(`${base}/worker-groups`, signal)]);
     workerGroups = wgs;
-    drawCheckpoints(checkpoints, job, cps, base);
+    keepFocus(checkpoints, () => drawCheckpoints(checkpoints, job, cps, base));
     drawGroups(groups, job, workerGroups);
   };
 
   draw();
   if (isSearch) searchSections(main.querySelector("#search"), () => job, signal).catch(handleError);
-  else liveMetrics(base, new MetricCharts(charts), job, signal).catch(handleError);
+  else liveMetrics(base, history, new MetricCharts(charts), job, signal).catch(handleError);
   await loadParts();
 
   every(REFRESH_MS, signal, async () => {
@@ -167,12 +170,12 @@ function statusLine(job) {
 }
 
 // The stored series (downsampled to a chart's worth), then every new report live.
-async function liveMetrics(base, charts, job, signal) {
+async function liveMetrics(base, history, charts, job, signal) {
   signal.addEventListener("abort", () => charts.destroy());
-  const history = await get(`${base}/metrics?max_points=${HISTORY_POINTS}`, signal);
-  charts.add(history);
+  const points = await history;
+  charts.add(points);
   if (TERMINAL.has(job.status)) return;
-  const since = history.length ? history.at(-1).seq : -1;
+  const since = points.length ? points.at(-1).seq : -1;
   await streamEvents(`${base}/metrics/stream?since=${since}`, signal, (type, data) => {
     if (type === "metric") charts.add([data]);
   });

@@ -2,7 +2,7 @@
 // (the same cost at any depth), refreshed every few seconds.
 
 import { get, query } from "./api.js";
-import { h, replace, badge, table, when, runtime, progress, labels, link } from "./dom.js";
+import { h, replace, badge, table, when, runtime, progress, labels, link, keepFocus } from "./dom.js";
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { navigate, every } from "./router.js";
 
@@ -63,7 +63,7 @@ export async function jobsPage(main, { search, signal }) {
   const load = async () => {
     const page = await get(path, signal);
     replace(count, `${page.total.toLocaleString()} job${page.total === 1 ? "" : "s"}${status || label ? " match" : ""}`);
-    replace(body, jobsTable(page.items, { filtered: Boolean(status || label) }));
+    keepFocus(body, () => replace(body, jobsTable(page.items, { filtered: Boolean(status || label) })));
     const here = { status, label };
     const newer = back.at(-1); // "_" stands for the first page
     replace(

@@ -51,10 +51,18 @@ export function start() {
   return render();
 }
 
-// Repeat fn every ms while the page is on screen (stops when signal aborts).
+// Repeat fn every ms while the page is on screen (stops when signal aborts); a slow call is
+// never overlapped by the next.
 export function every(ms, signal, fn) {
-  const id = setInterval(() => {
-    if (!document.hidden) fn();
+  let busy = false;
+  const id = setInterval(async () => {
+    if (document.hidden || busy) return;
+    busy = true;
+    try {
+      await fn();
+    } finally {
+      busy = false;
+    }
   }, ms);
   signal.addEventListener("abort", () => clearInterval(id));
 }

@@ -84,7 +84,7 @@ export async function searchSections(el, currentJob, signal) {
     job = currentJob();
     if (finalLoad) return;
     finalLoad = TERMINAL.has(job.status); // one more load after the end, then stop
-    load().catch(handleError);
+    return load().catch(handleError);
   });
 }
 
