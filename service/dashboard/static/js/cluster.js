@@ -1,8 +1,8 @@
 // The cluster: its nodes, CPUs and GPUs used and free, what the autoscaler can add, and the
 // queue of jobs waiting for room, in the order they will start.
 
-import { get, query } from "./api.js";
-import { h, replace, keepFocus, panel, table, link, num, when, labels } from "./dom.js";
+import { get, query, AuthError } from "./api.js";
+import { h, replace, keepFocus, panel, table, link, num, when, labels, errorNotice } from "./dom.js";
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { every } from "./router.js";
 
@@ -25,10 +25,19 @@ export async function clusterPage(main, { signal }) {
   );
 
   const load = async () => {
-    const [c, queued] = await Promise.all([
-      get("/cluster", signal),
+    const [answer, queued] = await Promise.all([
+      get("/cluster", signal).catch((err) => err), // an unreachable cluster still leaves the queue to show
       get("/jobs" + query({ status: "QUEUED", limit: QUEUE_SHOWN }), signal),
     ]);
+    drawQueue(queue, queued);
+    if (answer instanceof AuthError) throw answer;
+    if (answer instanceof Error) {
+      replace(cards, errorNotice(answer));
+      replace(nodes, h("p", { class: "muted" }, "Unknown while the cluster does not answer; this page retries every few seconds."));
+      replace(scaler, h("p", { class: "muted" }, "Unknown."));
+      return;
+    }
+    const c = answer;
     address.textContent = c.address;
     const card = (title, big, sub) => h("div", { class: "card" }, h("div", { class: "muted small" }, title), h("div", { class: "big" }, big), h("div", { class: "muted small" }, sub));
     replace(
@@ -85,28 +94,31 @@ export async function clusterPage(main, { signal }) {
             ),
           ],
     );
-    const items = queued.items.slice().sort((x, y) => (x.queue_position ?? 1e12) - (y.queue_position ?? 1e12));
-    keepFocus(queue, () => replace(
-      queue,
-      table(
-        [{ label: "#", cls: "num" }, "Job", "Why it waits", "Labels", "Submitted"],
-        items.map((j) =>
-          h(
-            "tr",
-            {},
-            h("td", { class: "num" }, j.queue_position ?? "…"),
-            h("td", {}, link(`/jobs/${encodeURIComponent(j.id)}`, j.name), h("div", { class: "muted small mono" }, j.id)),
-            h("td", { class: "reason" }, j.status_reason || ""),
-            h("td", {}, labels(j.labels)),
-            h("td", {}, when(j.created_at)),
-          ),
-        ),
-        { empty: "No job is waiting: every submitted job has started." },
-      ),
-      queued.total > items.length ? h("p", { class: "muted small" }, `The ${items.length} newest of ${queued.total.toLocaleString()} queued jobs, in queue order. `, link("/?status=QUEUED", "All queued jobs")) : null,
-    ));
     setStatus(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();
   every(REFRESH_MS, signal, () => load().catch(handleError));
+}
+
+function drawQueue(queue, queued) {
+  const items = queued.items.slice().sort((x, y) => (x.queue_position ?? 1e12) - (y.queue_position ?? 1e12));
+  keepFocus(queue, () => replace(
+    queue,
+    table(
+      [{ label: "#", cls: "num" }, "Job", "Why it waits", "Labels", "Submitted"],
+      items.map((j) =>
+        h(
+          "tr",
+          {},
+          h("td", { class: "num" }, j.queue_position ?? "…"),
+          h("td", {}, link(`/jobs/${encodeURIComponent(j.id)}`, j.name), h("div", { class: "muted small mono" }, j.id)),
+          h("td", { class: "reason" }, j.status_reason || ""),
+          h("td", {}, labels(j.labels)),
+          h("td", {}, when(j.created_at)),
+        ),
+      ),
+      { empty: "No job is waiting: every submitted job has started." },
+    ),
+    queued.total > items.length ? h("p", { class: "muted small" }, `The ${items.length} newest of ${queued.total.toLocaleString()} queued jobs, in queue order. `, link("/?status=QUEUED", "All queued jobs")) : null,
+  ));
 }
