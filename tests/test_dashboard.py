@@ -149,12 +149,17 @@ def test_cancel_from_the_job_page_asks_first_then_cancels(dash, sdk, tab):
     job = sdk.submit(user_spec("userpkg.steps:train", name="dash-cancel", config={"steps": 10_000, "sleep_s": 0.2}))
     page = tab.page
     page.goto(f"{dash.url}/jobs/{job.id}")
-    page.get_by_role("button", name="Cancel", exact=True).click()
-    page.get_by_role("button", name="Keep it").click()  # the dialog's no: nothing happens
+    cancel = page.get_by_role("button", name="Cancel", exact=True)
+    cancel.click()
+    page.keyboard.press("Escape")  # the dialog's no: nothing happens
+    assert not page.locator("#confirm").is_visible()
     assert sdk.job(job.id).status.value not in ("CANCELLING", "CANCELLED")
 
-    page.get_by_role("button", name="Cancel", exact=True).click()
-    page.locator("#confirm-ok").click()
+    cancel.focus()  # from here by keyboard alone
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.textContent") == "Keep it"  # the safe answer first
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
     page.locator("h1 .badge", has_text="CANCEL").wait_for()
     assert sdk.job(job.id).status.value in ("CANCELLING", "CANCELLED")
     page.locator("h1 .badge", has_text="CANCELLED").wait_for(timeout=WAIT_MS)
