@@ -21,6 +21,7 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
+from service.dashboard import pages
 from service.db.models import JobRow
 from service.http.deps import require_token
 from service.http.downloads import DownloadGate
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     mounted = [("", cluster.health_router), ("", prometheus.router), ("/v1/internal", events.router)]
     app.state.methods_by_path = methods_by_path(app, mounted)
     app.state.route_templates = route_templates(app, mounted)
+    pages.mount(app)  # last, and outside methods_by_path: page paths never shadow an API route or its Allow
     return app
 
 

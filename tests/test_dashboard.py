@@ -1,0 +1,269 @@
+"""The web dashboard in a real headless Chromium (Debian's, driven by Playwright): the jobs
+table, a job's live chart, log and checkpoint download, cancel from the page, a PBT
+search's lineage graph, the cluster page, the token login, and a deep link reloaded.
+
+One server for the module on the session's Ray cluster, tiny jobs (one worker, a few
+steps). Every test fails on any console error or uncaught page error; a screenshot of
+each page goes to $RAYDOCK_TEST_ARTIFACTS (default /tmp/raydock-screenshots).
+``tests/setup_browser.sh`` installs Chromium when it is missing."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.client import Client
+from service.cluster.local_cluster import free_ports
+from tests.conftest import user_spec
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.slow
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("RAYDOCK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = Path(os.environ.get("RAYDOCK_TEST_ARTIFACTS") or "/tmp/raydock-screenshots")
+TOKEN = "dashboard-test-token-7f3a"
+WAIT_MS = 180_000
+STEPS = 30  # reports of the live job: 15 s of them, so the page sees them arrive
+
+
+@pytest.fixture(scope="module")
+def dash(ray_head, tmp_path_factory) -> ServerProcess:
+    proc = ServerProcess(tmp_path_factory.mktemp("dashboard"), ray_head.dashboard_url).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(dash) -> Client:
+    with Client(dash.url) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: run tests/setup_browser.sh (or set RAYDOCK_CHROMIUM)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM)
+        yield b
+        b.close()
+
+
+class Tab:
+    """A page that records every console error and page error; ``expect`` names the
+    errors a test provokes on purpose (a refused token's 401)."""
+
+    def __init__(self, browser, **context):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True, **context)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.expected: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(x in e for x in self.expected)]
+
+    def shot(self, name: str) -> Path:
+        path = SHOTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@pytest.fixture()
+def tab(browser):
+    t = Tab(browser)
+    yield t
+    t.context.close()
+    assert t.unexpected() == [], "console errors"
+
+
+def points_drawn(page, metric: str) -> int:
+    value = page.get_attribute(f'figure[data-metric="{metric}"]', "data-points")
+    return int(value or 0)
+
+
+def test_a_job_page_charts_live_follows_the_log_downloads_a_checkpoint_and_reloads(dash, sdk, tab, tmp_path):
+    spec = user_spec(
+        "userpkg.ckpt_steps:train",
+        name="dash-live",
+        labels={"team": "ui"},
+        config={"steps": STEPS, "sleep_s": 0.5, "every": 10},
+        scaling={"num_workers": 1},
+    )
+    job = sdk.submit(spec)
+    page = tab.page
+
+    page.goto(dash.url + "/")
+    row = page.locator(f'tr[data-job="{job.id}"]')
+    row.wait_for()
+    assert "team=ui" in row.inner_text()
+    tab.shot("jobs")
+
+    row.get_by_role("link", name="dash-live").click()
+    page.wait_for_url(f"**/jobs/{job.id}")
+    page.evaluate("window.sameDocument = true")  # gone if the page reloads
+    page.wait_for_function(
+        "() => +document.querySelector('figure[data-metric=loss]')?.dataset.points > 0", timeout=WAIT_MS
+    )
+    first = points_drawn(page, "loss")
+    assert first < STEPS
+    page.wait_for_function(
+        f"() => +document.querySelector('figure[data-metric=loss]').dataset.points === {STEPS}", timeout=WAIT_MS
+    )
+    assert page.evaluate("window.sameDocument") is True  # the rest came over the stream, not by reloading
+
+    page.locator("#log").filter(has_text="Running entrypoint for job").wait_for(timeout=WAIT_MS)
+    page.fill("#log-search", "entrypoint")
+    page.locator("#log mark").first.wait_for()
+    assert "matching line" in page.inner_text("#log-info")
+    page.fill("#log-search", "")
+
+    page.locator("h1 .badge", has_text="SUCCEEDED").wait_for(timeout=WAIT_MS)
+    assert points_drawn(page, "loss") == STEPS
+    download_button = page.get_by_role("button", name="Download checkpoint").first
+    download_button.wait_for()
+    with page.expect_download() as info:
+        download_button.click()
+    saved = tmp_path / "ckpt.tar.gz"
+    info.value.save_as(saved)
+    with tarfile.open(saved) as archive:
+        assert any(name.endswith("state.pt") for name in archive.getnames())
+    tab.shot("job")
+
+    page.reload()  # the deep link is served the app, which draws the stored series
+    page.locator("h1", has_text="dash-live").wait_for()
+    page.wait_for_function(f"() => +document.querySelector('figure[data-metric=loss]')?.dataset.points === {STEPS}")
+    assert page.evaluate("window.sameDocument") is None
+
+
+def test_cancel_from_the_job_page_asks_first_then_cancels(dash, sdk, tab):
+    job = sdk.submit(user_spec("userpkg.steps:train", name="dash-cancel", config={"steps": 10_000, "sleep_s": 0.2}))
+    page = tab.page
+    page.goto(f"{dash.url}/jobs/{job.id}")
+    cancel = page.get_by_role("button", name="Cancel", exact=True)
+    cancel.click()
+    page.keyboard.press("Escape")  # the dialog's no: nothing happens
+    assert not page.locator("#confirm").is_visible()
+    assert sdk.job(job.id).status.value not in ("CANCELLING", "CANCELLED")
+
+    cancel.focus()  # from here by keyboard alone
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.textContent") == "Keep it"  # the safe answer first
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.locator("h1 .badge", has_text="CANCEL").wait_for()
+    assert sdk.job(job.id).status.value in ("CANCELLING", "CANCELLED")
+    page.locator("h1 .badge", has_text="CANCELLED").wait_for(timeout=WAIT_MS)
+    tab.shot("job-cancelled")
+
+
+def test_cluster_page_shows_nodes_capacity_and_queue(dash, tab):
+    page = tab.page
+    page.goto(dash.url + "/cluster")
+    page.get_by_role("heading", name="Nodes").wait_for()
+    page.locator("td", has_text="head").first.wait_for()
+    assert "CPUs free" in page.inner_text(".cards")
+    tab.shot("cluster")
+    page.emulate_media(color_scheme="dark")  # the system's dark setting: the dark palette
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 18, 22)", background
+    tab.shot("cluster-dark")
+
+
+def test_a_pbt_search_draws_its_lineage_and_shows_the_best_replay(dash, sdk, tab):
+    search = {
+        "kind": "tune",
+        "name": "dash-pbt",
+        "base": {
+            "model": {"type": "mlp", "hidden_sizes": [16]},
+            "data": {"source": "digits"},
+            "optimizer": {"name": "sgd", "lr": 0.01},
+            "batch_size": 64,
+            "seed": 0,
+            "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
+        },
+        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.0005, "high": 0.5}},
+        "algorithm": "pbt",
+        "pbt": {"perturbation_interval": 1, "quantile_fraction": 0.5},
+        "metric": "val_acc",
+        "mode": "max",
+        "num_trials": 2,
+        "max_concurrent_trials": 2,
+        "budget": {"epochs": 3},
+        "driver_cpus_per_trial": 0.5,
+        "seed": 3,
+    }
+    job = sdk.submit(search)
+    job.wait(timeout=480)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    assert job.lineage(), "PBT recorded no exploit: the graph would have no edge"
+
+    page = tab.page
+    page.goto(f"{dash.url}/jobs/{job.id}")
+    page.locator("tr[data-trial]").nth(1).wait_for()
+    assert page.locator("tr[data-trial]").count() == 2
+    page.locator("#lineage .edge").first.wait_for()
+    assert page.locator("#lineage .node").count() == 2
+    assert page.locator("#curves canvas").count() >= 1
+    assert page.locator("#scatter circle.dot").count() == 2
+    page.get_by_role("button", name="Show its replay spec").click()
+    page.locator("#replay pre", has_text="kind: train").wait_for()
+    tab.shot("search")
+
+
+def test_login_with_a_token_and_a_wrong_one_refused(browser, tmp_path):
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"  # no cluster needed to sign in
+    server = ServerProcess(tmp_path / "data", dead, token=TOKEN).start()
+    t = Tab(browser)
+    try:
+        shell = httpx.get(server.url + "/jobs/j123")  # a page path: the shell, no token needed, no data
+        assert shell.status_code == 200 and "text/html" in shell.headers["content-type"]
+        assert "script-src 'self'" in shell.headers["content-security-policy"]
+        assert httpx.get(server.url + "/v1/jobs").status_code == 401  # the data still needs it
+        assert httpx.get(server.url + "/v1/no-such-route").json()["error"]["code"] == "unauthorized"
+
+        page = t.page
+        page.goto(server.url + "/")
+        page.get_by_label("API token").wait_for()  # asked before any call: no 401 to get there
+        t.shot("login")
+
+        t.expected.append("status of 401")  # the refused token's answer, logged by the browser
+        page.get_by_label("API token").fill("not-the-token")
+        page.get_by_role("button", name="Sign in").click()
+        page.locator("#login-error", has_text="refused").wait_for()
+        assert page.evaluate("sessionStorage.getItem('raydock.token')") is None
+        assert len(t.errors) == 1
+
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("heading", name="Jobs").wait_for()
+        assert page.evaluate("sessionStorage.getItem('raydock.token')") == TOKEN
+        assert t.context.cookies() == [] and TOKEN not in page.url
+        page.reload()  # still signed in for this tab
+        page.get_by_role("heading", name="Jobs").wait_for()
+        t.shot("jobs-signed-in")
+        assert t.unexpected() == []
+    finally:
+        t.context.close()
+        server.stop()
+
+
+def test_an_unknown_page_and_an_unknown_api_path(dash, tab):
+    page = tab.page
+    page.goto(dash.url + "/no/such/page")
+    page.get_by_text("No page at /no/such/page").wait_for()
+    api = httpx.get(dash.url + "/v1/no-such-route")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "not_found"
+    assert httpx.post(dash.url + "/jobs").status_code == 404  # only GET answers the shell
+    js = httpx.get(dash.url + "/ui/js/main.js")
+    assert js.status_code == 200 and "javascript" in js.headers["content-type"]
+    assert io.BytesIO(httpx.get(dash.url + "/ui/vendor/uplot/LICENSE").content).read().startswith(b"The MIT License")
