@@ -306,32 +306,23 @@ class Job:
                 raise RaydockError(f"job {self.id} has no checkpoints", code="no_checkpoints", status=404)
             checkpoint = found[-1]
         cid = checkpoint if isinstance(checkpoint, int) else checkpoint.id
-        target = Path(dest) / f"{self.id}-{cid}"
+        return self._unpack(f"/v1/jobs/{self.id}/checkpoints/{cid}/download", Path(dest) / f"{self.id}-{cid}")
+
+    def download_tensorboard(self, dest: str | Path = ".") -> Path:
+        """Download the job's TensorBoard event files (spec ``tracking.tensorboard``) into
+        ``dest``/<job>-tensorboard/, for ``tensorboard --logdir`` there."""
+        return self._unpack(f"/v1/jobs/{self.id}/tensorboard", Path(dest) / f"{self.id}-tensorboard")
+
+    def _unpack(self, path: str, target: Path) -> Path:
+        """A tar.gz the server streams, unpacked into ``target``: written to disk as it
+        arrives, then unpacked from there, so memory stays flat whatever the size."""
         target.mkdir(parents=True, exist_ok=True)
-        # Written to disk as it arrives, then unpacked from there: memory stays flat whatever the size.
         with tempfile.TemporaryFile(dir=target) as archive:
-            with self.client.http.stream("GET", f"/v1/jobs/{self.id}/checkpoints/{cid}/download", timeout=None) as r:
+            with self.client.http.stream("GET", path, timeout=None) as r:
                 raise_for_error(r)
                 for piece in r.iter_bytes(DOWNLOAD_PIECE):
                     archive.write(piece)
             archive.seek(0)
             with tarfile.open(fileobj=archive, mode="r:gz") as tar:
                 archives.extract(tar, target)  # the data filter, or the same checks where tarfile lacks it
-        return target
-
-    def download_tensorboard(self, dest: str | Path = ".") -> Path:
-        """Download the job's TensorBoard event files (spec ``tracking.tensorboard``) into
-        ``dest``/<job>-tensorboard/, for ``tensorboard --logdir`` there."""
-        target = Path(dest) / f"{self.id}-tensorboard"
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=target) as archive:
-            with self.client.http.stream("GET", f"/v1/jobs/{self.id}/tensorboard", timeout=None) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise error_from_body(r.status_code, r.json())
-                for piece in r.iter_bytes(DOWNLOAD_PIECE):
-                    archive.write(piece)
-            archive.seek(0)
-            with tarfile.open(fileobj=archive, mode="r:gz") as tar:
-                archives.extract(tar, target)
         return target

@@ -125,6 +125,16 @@ def test_metrics_move_with_real_jobs_and_tracking_reads_back_equal(tracked, tmp_
     points = wait_for(exported, what="the TensorBoard export")
     assert [(p.step, p.value) for p in points] == [(m.step, pytest.approx(m.metrics["loss"])) for m in stored]
     assert httpx.get(f"{url}/v1/jobs/{bad.id}/tensorboard", headers=auth).json()["error"]["code"] == "no_tensorboard"
+    # The CLI's way: the same files, and where to point tensorboard.
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    cli = CliRunner().invoke(
+        app, ["tensorboard", ok.id, "--dest", str(tmp_path / "cli"), "--url", url, "--token", TOKEN]
+    )
+    assert cli.exit_code == 0, cli.output
+    assert "tensorboard --logdir" in cli.output and any((tmp_path / "cli").rglob("events.out.tfevents.*"))
 
     # MLflow: the run, its metrics by step and the final checkpoint, read by MLflow's own client.
     from mlflow.tracking import MlflowClient

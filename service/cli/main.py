@@ -21,7 +21,7 @@ from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, c
 from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
-from service.cli.results import checkpoints, trials
+from service.cli.results import checkpoints, tensorboard, trials
 from service.cli.status import status
 from service.cli.ui import ui
 from service.code.upload_view import UploadView, describe
@@ -242,6 +242,7 @@ def resume(job_id: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> No
 app.command("list")(list_jobs)
 app.command()(status)
 app.command()(checkpoints)
+app.command()(tensorboard)
 app.command()(trials)
 app.command()(ui)
 app.command()(gc)

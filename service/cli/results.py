@@ -48,6 +48,18 @@ def checkpoints(
     console.print(checkpoints_table(found, console.width))
 
 
+def tensorboard(
+    job_id: str,
+    dest: Annotated[Path, typer.Option(help="Where to unpack the event files.")] = Path("."),
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Download a job's TensorBoard event files (spec tracking.tensorboard) for tensorboard --logdir."""
+    with client_for(url, token) as client:
+        where = client.job(job_id).download_tensorboard(dest)
+    console.print(f"{where}\nView with: tensorboard --logdir {where}")
+
+
 def checkpoints_table(found: list[CheckpointPublic], width: int) -> Table:
     """Id, epoch, step and time whole; the metrics (and on a wide terminal the path) cut."""
     now = datetime.now(timezone.utc)
