@@ -78,3 +78,16 @@ def test_a_failing_function_trial_reads_as_the_users_exception(client: Client):
     assert job.status.value == "FAILED"
     (trial,) = job.trials()
     assert trial.status == "ERROR" and "is not a rate this function takes" in (trial.error or "")
+    assert job.info.failure_cause.value == "USER_CODE"
+    assert "is not a rate this function takes" in job.info.error.splitlines()[0]
+
+
+@pytest.mark.slow
+def test_a_trial_that_never_reports_is_stopped_and_says_so(client: Client):
+    spec = function_search("userpkg.tune_fn:silent", algorithm="random", pbt=None, num_trials=1)
+    job = client.submit({**spec, "first_report_timeout_s": 5})
+    job.wait(timeout=300)
+    assert job.status.value == "FAILED"
+    (trial,) = job.trials()
+    assert trial.status == "ERROR" and "without reporting (first_report_timeout_s=5)" in (trial.error or "")
+    assert "without reporting" in (job.info.error or "")

@@ -45,6 +45,7 @@ def main() -> int:
 
 def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     out = SearchEvents(spec.metric, spec.mode, key=job_id)
+    out.first_report_timeout_s = spec.first_report_timeout_s
     if spec.algorithm in ("pbt", "pb2") and not restores_from_checkpoint(spec.base):
         out.note = NO_RESTORE_NOTE.format(entrypoint=spec.base.entrypoint)
         print(out.note, file=sys.stderr, flush=True)

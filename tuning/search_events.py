@@ -14,11 +14,13 @@ tell a newer trial status from an older one arriving late on the log channel.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 import cloudpickle
+import ray
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
@@ -61,6 +63,7 @@ class SearchEvents:
         self.metric_seq = 0
         self.best: dict[str, Any] | None = None
         self.note: str | None = None  # sent with every trial status (tuning.search_driver sets it)
+        self.first_report_timeout_s: float | None = None  # the spec's; tuning.search_driver sets it
         self.failures: dict[str, Failure] = {}  # each failed trial's first failure, in order
         self.population = None  # tuning.population's actor, when the population is aligned
         self._pending: list[dict[str, Any]] = []
@@ -161,6 +164,7 @@ class SearchCallback(tune.Callback):
         self.running: list[str] = []
         self.sent: dict[str, tuple[str, dict]] = {}
         self.errors: dict[str, str] = {}
+        self.started: dict[str, float] = {}  # trials started and not yet reporting: since when (monotonic)
 
     @property
     def population(self):
@@ -170,16 +174,23 @@ class SearchCallback(tune.Callback):
 
     def __getstate__(self) -> dict:
         # A restored search starts a new attempt: every trial's status is sent again.
-        return {"out": self.out, "running": [], "sent": {}, "errors": {}}
+        return {"out": self.out, "running": [], "sent": {}, "errors": {}, "started": {}}
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        self.started[trial.trial_id] = time.monotonic()
+
+    def on_step_begin(self, iteration: int, trials: list, **info) -> None:
+        self._stop_silent(trials)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        self.started.pop(trial.trial_id, None)
         # The result's own config: a PBT exploit may already have changed the trial's.
         self.out.report(trial.trial_id, reported(result), dict(result.get("config") or trial.config))
         self.out.flush_exploits()
         self._sync(trials)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        failure = trial_failure(trial)
+        failure = self.out.failures.get(trial.trial_id) or trial_failure(trial)  # ours, for a silent trial stopped
         self.out.failures.setdefault(trial.trial_id, failure)
         self.errors[trial.trial_id] = f"{failure.message}\n\n{failure.traceback}"[:ERROR_TAIL_CHARS]
         self._sync(trials)
@@ -191,6 +202,24 @@ class SearchCallback(tune.Callback):
     def on_experiment_end(self, trials: list, **info) -> None:
         self.out.flush_exploits()
         self._sync(trials)
+
+    def _stop_silent(self, trials: list) -> None:
+        """Stop a trial that has run ``first_report_timeout_s`` without a report; it
+        fails saying so, on the trial and (as every trial failure) the job."""
+        limit, now = self.out.first_report_timeout_s, time.monotonic()
+        for trial in trials:
+            since = self.started.get(trial.trial_id)
+            if limit is None or since is None or trial.status != "RUNNING" or now - since < limit:
+                continue
+            del self.started[trial.trial_id]
+            message = (
+                f"The trial ran {now - since:.0f} s without reporting (first_report_timeout_s={limit:g}) and was "
+                "stopped. Its loop or function must call ray.train.report / tune.report; raise "
+                "first_report_timeout_s if its first report takes longer."
+            )
+            self.out.failures[trial.trial_id] = Failure(FailureCause.USER_CODE, message, "")
+            if (actor := trial.temporary_state.ray_actor) is not None:
+                ray.kill(actor, no_restart=True)
 
     def _sync(self, trials: list) -> None:
         for trial in trials:

@@ -108,6 +108,15 @@ class TuneSpec(JobCommon):
             "tune.report and tune.get_checkpoint, holding base.scaling's per-worker resources; no driver on top)."
         ),
     )
+    first_report_timeout_s: float = Field(
+        default=1800,
+        ge=1,
+        le=7 * 86_400,
+        description=(
+            "How long a trial may run before its first report: past it the trial is stopped and fails saying so "
+            "(a loop or function that never reports is never a silent hang). Counted from each start of the trial."
+        ),
+    )
     driver_cpus_per_trial: float = Field(
         default=1.0,
         gt=0.0,
