@@ -17,8 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from api.client import Client
+from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from tests.conftest import user_spec
 from tests.servers import ServerProcess
@@ -99,7 +102,12 @@ def test_a_job_page_charts_live_follows_the_log_downloads_a_checkpoint_and_reloa
         config={"steps": STEPS, "sleep_s": 0.5, "every": 10},
         scaling={"num_workers": 1},
     )
-    job = sdk.submit(spec)
+    # Submitted from the CLI, as a user would, then watched in the browser.
+    spec_file = tmp_path / "live.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    submitted = CliRunner().invoke(cli, ["submit", str(spec_file), "--url", dash.url])
+    assert submitted.exit_code == 0, submitted.output
+    job = sdk.job(submitted.output.split()[-1])
     page = tab.page
 
     page.goto(dash.url + "/")
