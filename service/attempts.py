@@ -37,6 +37,7 @@ from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
 from service.db.specs import stored_spec
+from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.jobs import JobService
 
@@ -131,6 +132,8 @@ class Attempts:
                     .values(submission_id=sid, events_token_hash=digest),
                     execution_options={"synchronize_session": False},
                 ).rowcount
+                if fixed == 1:
+                    record(s, "admitted", job_id=job_id, attempt=attempt)
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
         spec = stored_spec(spec_json)

@@ -17,6 +17,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
 from service.db.models import JobRow, TransitionRow, utcnow
+from service.eventlog.log import SYSTEM, record
 
 S = JobStatus
 C = FailureCause
@@ -70,11 +71,13 @@ def transition(
     cause: FailureCause | None = None,
     error: str | None = None,
     also: dict[str, Any] | None = None,
+    actor: str = SYSTEM,
 ) -> bool:
     """Move ``job`` from the status it was read in to ``target``, if it is still in it,
     writing the columns in ``also`` with it (or not at all). Returns False (and changes
     nothing) when the job is already there or another writer moved it first; raises
-    IllegalTransition for a move the lifecycle forbids."""
+    IllegalTransition for a move the lifecycle forbids. The move is logged (``status_changed``,
+    by ``actor``) in the same transaction."""
     current = JobStatus(job.status)
     if current == target:
         return False
@@ -92,7 +95,26 @@ def transition(
     for key, value in values.items():
         set_committed_value(job, key, value)
     session.add(TransitionRow(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason))
+    _log(session, job.id, current, target, reason, values.get("failure_cause"), actor, job.attempt)
     return True
+
+
+def _log(
+    session: Session,
+    job_id: str,
+    current: JobStatus,
+    target: JobStatus,
+    reason: str | None,
+    cause: str | None,
+    actor: str,
+    attempt: int | None,
+) -> None:
+    """The event-log rows of one move: ``status_changed``, and ``started`` when an attempt starts running."""
+    cause = cause if target == S.FAILED else None
+    moved = {"from": current.value, "to": target.value, "reason": reason, "cause": cause}
+    record(session, "status_changed", job_id=job_id, actor=actor, attempt=attempt, **moved)
+    if target == S.RUNNING:
+        record(session, "started", job_id=job_id, actor=actor, attempt=attempt)
 
 
 def _values(
@@ -129,6 +151,7 @@ def transition_many(
     *,
     reason: str,
     also: dict[str, Any] | None = None,
+    actor: str = SYSTEM,
 ) -> list[str]:
     """Move every job of ``job_ids`` still in ``current`` to ``target`` in one
     compare-and-set statement (e.g. a mass cancel of queued jobs); returns those moved.
@@ -158,6 +181,8 @@ def transition_many(
         TransitionRow(job_id=job_id, from_status=current.value, to_status=target.value, reason=reason)
         for job_id in moved
     )
+    for job_id in moved:
+        _log(session, job_id, current, target, reason, None, actor, None)
     return moved
 
 

@@ -40,8 +40,15 @@ MODEL_AGNOSTIC = "trainers.parallel"
 SERVICE_ROOMS: dict[str, set[str]] = {
     "service.db": set(),
     "service.cluster": {"service.settings"},
-    "service.events": {"service.db", "service.cluster", "service.lifecycle", "service.storage", "service.settings"},
-    "service.code": {"service.db", "service.storage", "service.settings"},
+    "service.events": {
+        "service.db",
+        "service.cluster",
+        "service.lifecycle",
+        "service.storage",
+        "service.settings",
+        "service.eventlog",  # a job's checkpoints, restarts and resizes are logged with what stores them
+    },
+    "service.code": {"service.db", "service.storage", "service.settings", "service.eventlog"},  # code_uploaded
     "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {"service.db", "service.settings"},

@@ -25,7 +25,18 @@ from service.http.deps import require_token
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
-from service.http.routes import checkpoints, cluster, code, events, jobs, logs, metrics, trials, worker_groups
+from service.http.routes import (
+    checkpoints,
+    cluster,
+    code,
+    eventlog,
+    events,
+    jobs,
+    logs,
+    metrics,
+    trials,
+    worker_groups,
+)
 from service.http.streams import StreamCap
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
@@ -72,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, eventlog)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
@@ -91,6 +102,7 @@ async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
+    runtime.deliverer.start()
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
     try:
         yield
@@ -100,6 +112,7 @@ async def lifespan(app: FastAPI):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+        await asyncio.to_thread(runtime.deliverer.stop)
         if runtime.head is not None:
             await asyncio.to_thread(_maybe_stop_head, runtime)
 

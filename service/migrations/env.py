@@ -4,7 +4,10 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from service.db import event_models  # noqa: F401  (its tables join Base's metadata)
+from service.db import (
+    event_models,  # noqa: F401  (its tables join Base's metadata)
+    eventlog_models,  # noqa: F401
+)
 from service.db.models import Base  # the tables: service/db/models.py and service/db/event_models.py
 
 target_metadata = Base.metadata

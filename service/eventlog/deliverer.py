@@ -1,0 +1,239 @@
+"""The webhook deliverer: its own thread, so no post ever slows the API or the monitor.
+
+Each pass fans the new events out into ``webhook_deliveries`` rows (one per matching
+subscription, written before anything is sent) and posts what is due. The state is in the
+store, so a server killed mid-post posts again after its restart: delivery is at least
+once, and a receiver deduplicates by the ``Raydock-Event-Id`` header.
+
+A subscription gets its events one at a time, in order: its oldest pending delivery is
+the only one tried, again after ``backoff_s`` on a failure, until it is delivered or
+its tries run out (``failed``, and the next one goes). Posts to different subscriptions
+run at once, at most ``webhook_concurrency``.
+
+For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered``,
+``retrying`` or ``failed``, and ``service.eventlog.deliveries.counts`` reads the deliveries by state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
+
+import httpx
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.schemas.eventlog import DELIVERY_HEADER, EVENT_ID_HEADER, EVENT_TYPE_HEADER, SIGNATURE_HEADER
+from service.db.eventlog_models import DeliveryRow, EventLogRow
+from service.db.models import ServerMetaRow, aware, utcnow
+from service.eventlog import signing
+from service.eventlog.log import public
+from service.eventlog.subscriptions import Subscription, by_id, job_subscriptions, server_webhooks
+from service.eventlog.url_policy import check_resolved, check_url
+from service.settings import Settings
+
+log = logging.getLogger("raydock.webhooks")
+
+POLL_S = 0.5
+FANOUT_BATCH = 500
+SEND_BATCH = 256  # subscriptions whose head is looked at per pass
+# An event id is taken from a sequence before its transaction commits, so on PostgreSQL an
+# older id can appear after a newer one. The fan-out cursor stays behind events younger than
+# this (they are looked at again; a delivery row is made once per subscription and event).
+SETTLE_S = 10.0
+CURSOR_KEY = "webhook_fanout_cursor"
+MAX_ERROR_CHARS = 500
+
+
+def backoff_s(attempts: int, base_s: float, cap_s: float) -> float:
+    """The wait after the ``attempts``-th failed try: base, 2 base, 4 base... at most ``cap_s``."""
+    return min(base_s * 2 ** max(attempts - 1, 0), cap_s)
+
+
+@dataclass(frozen=True)
+class Post:
+    delivery_id: int
+    attempts: int
+    subscription: Subscription
+    event_id: int
+    event_type: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    status: int | None
+    error: str | None
+    duration_s: float
+
+
+class Deliverer:
+    def __init__(self, settings: Settings, sessions: sessionmaker):
+        self.settings, self.sessions = settings, sessions
+        self.server = server_webhooks(settings)
+        self.on_attempt: Callable[[str], None] = lambda outcome: None  # the metrics hook
+        self._pool = ThreadPoolExecutor(settings.webhook_concurrency, thread_name_prefix="raydock-webhook")
+        self._http = httpx.Client(follow_redirects=False, timeout=settings.webhook_timeout_s, trust_env=False)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="raydock-webhooks", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.settings.webhook_timeout_s + 5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - the deliverer must outlive any one bad pass
+                log.exception("webhook pass failed")
+            self._stop.wait(POLL_S)
+
+    def run_once(self) -> int:
+        """One pass: fan out, then post what is due; returns the posts made."""
+        self.fan_out()
+        return self.send_due()
+
+    # ------------------------------------------------------------------ fan-out
+
+    def fan_out(self) -> int:
+        """Make the delivery rows of new events; returns how many."""
+        made = 0
+        with self.sessions.begin() as s:
+            meta = s.get(ServerMetaRow, CURSOR_KEY)
+            if meta is None:  # the log began with the migration that made it: nothing before 0
+                meta = ServerMetaRow(key=CURSOR_KEY, value="0")
+                s.add(meta)
+            cursor = int(meta.value)
+            events = list(
+                s.scalars(
+                    select(EventLogRow).where(EventLogRow.id > cursor).order_by(EventLogRow.id).limit(FANOUT_BATCH)
+                )
+            )
+            if not events:
+                return 0
+            by_job = job_subscriptions(s, {e.job_id for e in events if e.job_id})
+            wanted = [
+                (sub.id, e.id)
+                for e in events
+                for sub in (*self.server, *by_job.get(e.job_id or "", ()))
+                if sub.wants(e.type)
+            ]
+            if wanted:
+                have = set(
+                    s.execute(
+                        select(DeliveryRow.subscription, DeliveryRow.event_id).where(
+                            tuple_(DeliveryRow.subscription, DeliveryRow.event_id).in_(wanted)
+                        )
+                    ).tuples()
+                )
+                new = [DeliveryRow(subscription=sub, event_id=eid) for sub, eid in wanted if (sub, eid) not in have]
+                s.add_all(new)
+                made = len(new)
+            settled = utcnow() - timedelta(seconds=SETTLE_S)
+            for e in events:
+                if aware(e.at) >= settled:
+                    break
+                cursor = e.id
+            meta.value = str(cursor)
+        return made
+
+    # ------------------------------------------------------------------ posting
+
+    def send_due(self) -> int:
+        posts = self._due()
+        if not posts:
+            return 0
+        outcomes = list(self._pool.map(self._post, posts))
+        with self.sessions.begin() as s:
+            for post, outcome in zip(posts, outcomes):
+                self._settle(s, post, outcome)
+        return len(posts)
+
+    def _due(self) -> list[Post]:
+        """The oldest pending delivery of each subscription, if its time has come."""
+        with self.sessions() as s:
+            heads = (
+                select(DeliveryRow.subscription, func.min(DeliveryRow.event_id))
+                .where(DeliveryRow.state == "pending")
+                .group_by(DeliveryRow.subscription)
+                .limit(SEND_BATCH)
+            )
+            keys = list(s.execute(heads).tuples())
+            if not keys:
+                return []
+            rows = s.execute(
+                select(DeliveryRow, EventLogRow)
+                .join(EventLogRow, EventLogRow.id == DeliveryRow.event_id)
+                .where(tuple_(DeliveryRow.subscription, DeliveryRow.event_id).in_(keys))
+            ).all()
+            now, posts, gone = utcnow(), [], []
+            for delivery, event in rows:
+                sub = by_id(s, delivery.subscription, self.server)
+                if sub is None:
+                    gone.append(delivery.id)  # a server webhook removed, or a job's trimmed: nobody to tell
+                elif aware(delivery.next_at) <= now:
+                    body = json.dumps(public(event).model_dump(mode="json"), separators=(",", ":")).encode()
+                    posts.append(Post(delivery.id, delivery.attempts, sub, event.id, event.type, body))
+        if gone:
+            with self.sessions.begin() as s:
+                for delivery_id in gone:
+                    row = s.get(DeliveryRow, delivery_id)
+                    row.state, row.last_error = "failed", "the subscription no longer exists"
+        return posts
+
+    def _post(self, post: Post) -> Outcome:
+        started = time.monotonic()
+        allow = self.settings.webhook_allow_private
+        try:
+            _, host, port = check_url(post.subscription.url, allow_private=allow)
+            if problem := check_resolved(host, port, allow_private=allow):
+                return Outcome(False, None, f"refused: {problem}", time.monotonic() - started)
+            headers = {
+                "Content-Type": "application/json",
+                "User-Agent": "raydock-webhooks/1",
+                EVENT_ID_HEADER: str(post.event_id),
+                EVENT_TYPE_HEADER: post.event_type,
+                DELIVERY_HEADER: str(post.delivery_id),
+                SIGNATURE_HEADER: signing.header(post.subscription.secret, post.body),
+            }
+            # A stream, closed unread: whatever the receiver answers with, only its status is taken.
+            with self._http.stream("POST", post.subscription.url, content=post.body, headers=headers) as r:
+                status = r.status_code
+        except Exception as exc:  # noqa: BLE001 - any failure of one post is that delivery's, to retry
+            return Outcome(False, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], time.monotonic() - started)
+        ok = 200 <= status < 300
+        error = None if ok else f"HTTP {status}" + (" (redirects are not followed)" if 300 <= status < 400 else "")
+        return Outcome(ok, status, error, time.monotonic() - started)
+
+    def _settle(self, s: Session, post: Post, outcome: Outcome) -> None:
+        row = s.get(DeliveryRow, post.delivery_id)
+        if row is None:
+            return
+        row.attempts += 1
+        row.last_status, row.last_error, row.last_duration_s = outcome.status, outcome.error, outcome.duration_s
+        if outcome.ok:
+            row.state, row.delivered_at, result = "delivered", utcnow(), "delivered"
+        elif row.attempts >= self.settings.webhook_max_attempts:
+            row.state, result = "failed", "failed"
+            log.warning("webhook %s gave up on event %s: %s", post.subscription.id, post.event_id, outcome.error)
+        else:
+            wait = backoff_s(row.attempts, self.settings.webhook_backoff_s, self.settings.webhook_backoff_max_s)
+            row.next_at, result = utcnow() + timedelta(seconds=wait), "retrying"
+        self.on_attempt(result)
