@@ -17,8 +17,8 @@ from rich.table import Table
 from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
-from service.cli import events as _events  # noqa: F401  (registers `raydock events`)
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail
+from service.cli.events import events  # noqa: F401  (registers `raydock events`)
 from service.cli.gc import gc
 from service.cli.results import checkpoints, trials
 from service.code.upload_view import UploadView, describe
