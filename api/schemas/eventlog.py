@@ -56,6 +56,7 @@ class NotifySpec(Strict):
     url: str = Field(
         min_length=8,
         max_length=MAX_WEBHOOK_URL,
+        pattern=r"^[^\x00-\x20\x7f]+$",  # no spaces or control characters (a NUL cannot be stored)
         description="http(s) URL the events are posted to; it must resolve to a public address unless the server allows others.",
     )
     events: list[EventType | Literal["*"]] = Field(

@@ -8,7 +8,8 @@ once, and a receiver deduplicates by the ``Raydock-Event-Id`` header.
 A subscription gets its events one at a time, in order: its oldest pending delivery is
 the only one tried, again after ``backoff_s`` on a failure, until it is delivered or
 its tries run out (``failed``, and the next one goes). Posts to different subscriptions
-run at once, at most ``webhook_concurrency``.
+run at once, at most ``webhook_concurrency``, and a pass never waits for one: a slow
+receiver holds up only its own subscription.
 
 For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered``,
 ``retrying`` or ``failed``, and ``service.eventlog.deliveries.counts`` reads the deliveries by state.
@@ -82,6 +83,8 @@ class Deliverer:
         self._pool = ThreadPoolExecutor(settings.webhook_concurrency, thread_name_prefix="raydock-webhook")
         self._http = httpx.Client(follow_redirects=False, timeout=settings.webhook_timeout_s, trust_env=False)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()  # subscriptions with a post under way
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ the thread
@@ -157,14 +160,31 @@ class Deliverer:
     # ------------------------------------------------------------------ posting
 
     def send_due(self) -> int:
-        posts = self._due()
-        if not posts:
-            return 0
-        outcomes = list(self._pool.map(self._post, posts))
-        with self.sessions.begin() as s:
-            for post, outcome in zip(posts, outcomes):
-                self._settle(s, post, outcome)
+        """Start the posts that are due; none waits for another (a slow receiver holds up
+        only its own subscription). Returns how many were started."""
+        with self._lock:
+            busy = set(self._in_flight)
+        posts = [p for p in self._due() if p.subscription.id not in busy]
+        for post in posts:
+            with self._lock:
+                self._in_flight.add(post.subscription.id)
+            self._pool.submit(self._post_and_settle, post)
         return len(posts)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._in_flight
+
+    def _post_and_settle(self, post: Post) -> None:
+        try:
+            outcome = self._post(post)
+            with self.sessions.begin() as s:
+                self._settle(s, post, outcome)
+        except Exception:  # noqa: BLE001 - the row stays pending and is tried again
+            log.exception("webhook %s: settling event %s failed", post.subscription.id, post.event_id)
+        finally:
+            with self._lock:
+                self._in_flight.discard(post.subscription.id)
 
     def _due(self) -> list[Post]:
         """The oldest pending delivery of each subscription, if its time has come."""

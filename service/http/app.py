@@ -102,7 +102,8 @@ async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
-    runtime.deliverer.start()
+    if runtime.deliverer is not None:
+        runtime.deliverer.start()
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
     try:
         yield
@@ -112,7 +113,8 @@ async def lifespan(app: FastAPI):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
-        await asyncio.to_thread(runtime.deliverer.stop)
+        if runtime.deliverer is not None:
+            await asyncio.to_thread(runtime.deliverer.stop)
         if runtime.head is not None:
             await asyncio.to_thread(_maybe_stop_head, runtime)
 
