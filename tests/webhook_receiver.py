@@ -16,6 +16,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = 0.0  # time.perf_counter() when it arrived
 
     @property
     def event(self) -> dict:
@@ -34,7 +35,7 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with outer.lock:
-                    outer.posts.append(Received(self.path, dict(self.headers), body))
+                    outer.posts.append(Received(self.path, dict(self.headers), body, time.perf_counter()))
                     status = (outer.answers.get(self.path) or [200]).pop(0) if outer.answers.get(self.path) else 200
                     delay = outer.delays[self.path].pop(0) if outer.delays.get(self.path) else 0.0
                 time.sleep(delay)

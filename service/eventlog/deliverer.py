@@ -175,16 +175,35 @@ class Deliverer:
         with self._lock:
             return not self._in_flight
 
-    def _post_and_settle(self, post: Post) -> None:
+    def _post_and_settle(self, post: Post | None) -> None:
+        """Post, settle, and go on with the subscription's next delivery while they are
+        taken: a busy subscription is not held to one post per pass."""
+        sub = post.subscription
         try:
-            outcome = self._post(post)
-            with self.sessions.begin() as s:
-                self._settle(s, post, outcome)
+            while post is not None and not self._stop.is_set():
+                outcome = self._post(post)
+                with self.sessions.begin() as s:
+                    self._settle(s, post, outcome)
+                post = self._next(sub) if outcome.ok else None
         except Exception:  # noqa: BLE001 - the row stays pending and is tried again
-            log.exception("webhook %s: settling event %s failed", post.subscription.id, post.event_id)
+            log.exception("webhook %s: a delivery failed to settle", sub.id)
         finally:
             with self._lock:
-                self._in_flight.discard(post.subscription.id)
+                self._in_flight.discard(sub.id)
+
+    def _next(self, sub: Subscription) -> Post | None:
+        """The subscription's oldest pending delivery, if it is due."""
+        with self.sessions() as s:
+            found = s.execute(
+                select(DeliveryRow, EventLogRow)
+                .join(EventLogRow, EventLogRow.id == DeliveryRow.event_id)
+                .where(DeliveryRow.state == "pending", DeliveryRow.subscription == sub.id)
+                .order_by(DeliveryRow.event_id)
+                .limit(1)
+            ).first()
+        if found is None or aware(found[0].next_at) > utcnow():
+            return None
+        return _post(found[0], found[1], sub)
 
     def _due(self) -> list[Post]:
         """The oldest pending delivery of each subscription, if its time has come."""
@@ -209,8 +228,7 @@ class Deliverer:
                 if sub is None:
                     gone.append(delivery.id)  # a server webhook removed, or a job's trimmed: nobody to tell
                 elif aware(delivery.next_at) <= now:
-                    body = json.dumps(public(event).model_dump(mode="json"), separators=(",", ":")).encode()
-                    posts.append(Post(delivery.id, delivery.attempts, sub, event.id, event.type, body))
+                    posts.append(_post(delivery, event, sub))
         if gone:
             with self.sessions.begin() as s:
                 for delivery_id in gone:
@@ -257,3 +275,8 @@ class Deliverer:
             wait = backoff_s(row.attempts, self.settings.webhook_backoff_s, self.settings.webhook_backoff_max_s)
             row.next_at, result = utcnow() + timedelta(seconds=wait), "retrying"
         self.on_attempt(result)
+
+
+def _post(delivery: DeliveryRow, event: EventLogRow, sub: Subscription) -> Post:
+    body = json.dumps(public(event).model_dump(mode="json"), separators=(",", ":")).encode()
+    return Post(delivery.id, delivery.attempts, sub, event.id, event.type, body)
