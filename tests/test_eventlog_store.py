@@ -28,6 +28,7 @@ def _cfg() -> Config:
     return cfg
 
 
+@pytest.mark.slow  # seconds: every migration, on both databases
 def test_the_eventlog_migration_goes_up_and_down_keeping_the_jobs(database_url):
     cfg, old = _cfg(), create_engine(database_url)
     with old.begin() as conn:
@@ -128,3 +129,45 @@ def test_pages_follow_the_cursor_and_retention_trims_old_events(sessions):
     with sessions() as s:
         assert [e.data["n"] for e in eventlog.page(s).items] == [2, 3, 4]
         assert s.scalar(select(DeliveryRow.id)) is None and s.scalar(select(WebhookRow.id)) is None
+
+
+@pytest.mark.slow  # seconds: a job service on a fresh store
+def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path):
+    """Submit, cancel, resume, a bulk cancel and delete through the job service (no Ray:
+    jobs stay QUEUED), each named by its actor; the log of a deleted job stays, and a
+    loopback webhook is refused at submit."""
+    from api.errors import InvalidSpec
+    from api.schemas import parse_job_spec
+    from service.eventlog import subscriptions
+    from tests.conftest import digits_spec
+    from tests.jobstore import job_service
+
+    service = job_service(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path)
+    notify = [{"url": "https://hooks.example.com/raydock", "events": ["*"]}]
+    job, _ = service.submit(parse_job_spec(digits_spec(notify=notify)), actor="alice")
+    service.cancel(job.id, actor="api-token")
+    service.resume(job.id, actor="loopback")
+    service.cancel_many([job.id], actor="bob")
+    service.delete(job.id, actor="carol")
+    with service.sessions() as s:
+        events = eventlog.page(s, job_id=job.id).items
+        [hook] = subscriptions.job_webhooks(s, job.id)  # kept after the job, to tell it the job is gone
+    assert [(e.type, e.actor) for e in events if e.type != "status_changed"] == [
+        ("submitted", "alice"),
+        ("cancelled", "api-token"),
+        ("resumed", "loopback"),
+        ("cancelled", "bob"),
+        ("deleted", "carol"),
+    ]
+    assert [(e.data["to"], e.actor) for e in events if e.type == "status_changed"] == [
+        ("CANCELLED", "api-token"),
+        ("QUEUED", "loopback"),
+        ("CANCELLED", "bob"),
+    ]
+    assert hook.id == f"{job.id}-1" and hook.secret.startswith("whsec_") and len(hook.secret) > 30
+
+    loopback = digits_spec(notify=[{"url": "http://localhost:8000/v1/jobs"}])
+    with pytest.raises(InvalidSpec) as refused:
+        service.submit(parse_job_spec(loopback))
+    assert refused.value.code == "webhook_url_refused" and "notify.0.url" in refused.value.message
+    service.sessions.kw["bind"].dispose()
