@@ -171,3 +171,35 @@ def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path
         service.submit(parse_job_spec(loopback))
     assert refused.value.code == "webhook_url_refused" and "notify.0.url" in refused.value.message
     service.sessions.kw["bind"].dispose()
+
+
+def test_the_fan_out_makes_each_delivery_once_and_waits_for_late_commits(sessions, tmp_path):
+    """On PostgreSQL an event id can commit after a higher one: the fan-out cursor stays
+    behind events younger than SETTLE_S, so one that appears late below the newest is
+    still fanned out, and a rescan makes no second delivery."""
+    import json
+
+    from service.db.models import ServerMetaRow
+    from service.eventlog.deliverer import CURSOR_KEY, Deliverer
+    from service.settings import Settings
+
+    hooks = [{"name": "ops", "url": "https://hooks.example.com/x", "events": ["*"], "secret": "s" * 16}]
+    deliverer = Deliverer(Settings(data_dir=tmp_path, RAYDOCK_WEBHOOKS=json.dumps(hooks)), sessions)
+    with sessions.begin() as s:
+        s.execute(delete(ServerMetaRow).where(ServerMetaRow.key == CURSOR_KEY))
+        ids = [record(s, "code_uploaded", n=i) for i in range(3)]
+    ids = [r.id for r in ids]
+    with sessions.begin() as s:  # the middle one "commits late": absent at the first fan-out
+        late = s.get(EventLogRow, ids[1])
+        kept = {"at": late.at, "type": late.type, "actor": late.actor, "data": late.data}
+        s.delete(late)
+    assert deliverer.fan_out() == 2 and deliverer.fan_out() == 0
+    with sessions.begin() as s:
+        s.add(EventLogRow(id=ids[1], **kept))
+    assert deliverer.fan_out() == 1
+    with sessions.begin() as s:
+        s.execute(update(EventLogRow).values(at=utcnow() - timedelta(minutes=1)))  # all settled now
+    deliverer.fan_out()
+    with sessions() as s:
+        assert s.get(ServerMetaRow, CURSOR_KEY).value == str(ids[-1])
+        assert sorted(s.scalars(select(DeliveryRow.event_id))) == ids

@@ -43,6 +43,7 @@ log = logging.getLogger("raydock.webhooks")
 
 POLL_S = 0.5
 FANOUT_BATCH = 500
+FANOUT_BATCHES = 20  # a burst beyond this many batches waits for the next pass
 SEND_BATCH = 256  # subscriptions whose head is looked at per pass
 # An event id is taken from a sequence before its transaction commits, so on PostgreSQL an
 # older id can appear after a newer one. The fan-out cursor stays behind events younger than
@@ -116,21 +117,27 @@ class Deliverer:
     # ------------------------------------------------------------------ fan-out
 
     def fan_out(self) -> int:
-        """Make the delivery rows of new events; returns how many."""
-        made = 0
+        """Make the delivery rows of new events, a batch per transaction (at most
+        FANOUT_BATCHES a pass); returns how many."""
         with self.sessions.begin() as s:
             meta = s.get(ServerMetaRow, CURSOR_KEY)
-            if meta is None:  # the log began with the migration that made it: nothing before 0
-                meta = ServerMetaRow(key=CURSOR_KEY, value="0")
-                s.add(meta)
-            cursor = int(meta.value)
-            events = list(
-                s.scalars(
-                    select(EventLogRow).where(EventLogRow.id > cursor).order_by(EventLogRow.id).limit(FANOUT_BATCH)
-                )
-            )
+            start = int(meta.value) if meta is not None else 0  # the log began with its migration: at 0
+        made, settling = 0, False
+        for _ in range(FANOUT_BATCHES):
+            n, start, settling, full = self._fan_out_batch(start, settling)
+            made += n
+            if not full:
+                break
+        return made
+
+    def _fan_out_batch(self, after: int, settling: bool) -> tuple[int, int, bool, bool]:
+        """Fan out the events after ``after``; the stored cursor moves past them while none
+        before is still settling. Returns (rows made, last id, settling, batch full)."""
+        with self.sessions.begin() as s:
+            q = select(EventLogRow).where(EventLogRow.id > after).order_by(EventLogRow.id).limit(FANOUT_BATCH)
+            events = list(s.scalars(q))
             if not events:
-                return 0
+                return 0, after, settling, False
             by_job = job_subscriptions(s, {e.job_id for e in events if e.job_id})
             wanted = [
                 (sub.id, e.id)
@@ -138,24 +145,27 @@ class Deliverer:
                 for sub in (*self.server, *by_job.get(e.job_id or "", ()))
                 if sub.wants(e.type)
             ]
+            new: list[DeliveryRow] = []
             if wanted:
-                have = set(
-                    s.execute(
-                        select(DeliveryRow.subscription, DeliveryRow.event_id).where(
-                            tuple_(DeliveryRow.subscription, DeliveryRow.event_id).in_(wanted)
-                        )
-                    ).tuples()
-                )
+                pairs = tuple_(DeliveryRow.subscription, DeliveryRow.event_id).in_(wanted)
+                have = {
+                    tuple(r) for r in s.execute(select(DeliveryRow.subscription, DeliveryRow.event_id).where(pairs))
+                }
                 new = [DeliveryRow(subscription=sub, event_id=eid) for sub, eid in wanted if (sub, eid) not in have]
                 s.add_all(new)
-                made = len(new)
-            settled = utcnow() - timedelta(seconds=SETTLE_S)
+            settled_before = utcnow() - timedelta(seconds=SETTLE_S)
+            cursor = None
             for e in events:
-                if aware(e.at) >= settled:
-                    break
-                cursor = e.id
-            meta.value = str(cursor)
-        return made
+                settling = settling or aware(e.at) >= settled_before
+                if not settling:
+                    cursor = e.id
+            if cursor is not None:
+                meta = s.get(ServerMetaRow, CURSOR_KEY)
+                if meta is None:
+                    s.add(ServerMetaRow(key=CURSOR_KEY, value=str(cursor)))
+                else:
+                    meta.value = str(cursor)
+        return len(new), events[-1].id, settling, len(events) == FANOUT_BATCH
 
     # ------------------------------------------------------------------ posting
 
@@ -214,7 +224,7 @@ class Deliverer:
                 .group_by(DeliveryRow.subscription)
                 .limit(SEND_BATCH)
             )
-            keys = list(s.execute(heads).tuples())
+            keys = [tuple(r) for r in s.execute(heads)]
             if not keys:
                 return []
             rows = s.execute(

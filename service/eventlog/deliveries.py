@@ -37,5 +37,5 @@ def page(s: Session, subscription: str, *, before: int | None = None, limit: int
 
 def counts(s: Session) -> dict[str, int]:
     """Deliveries by state (pending, delivered, failed)."""
-    rows = s.execute(select(DeliveryRow.state, func.count()).group_by(DeliveryRow.state)).tuples()
+    rows = s.execute(select(DeliveryRow.state, func.count()).group_by(DeliveryRow.state))
     return {state: int(n) for state, n in rows}
