@@ -36,7 +36,7 @@ from service.db.models import ServerMetaRow, aware, utcnow
 from service.eventlog import signing
 from service.eventlog.log import public
 from service.eventlog.subscriptions import Subscription, by_id, job_subscriptions, server_webhooks
-from service.eventlog.url_policy import check_resolved, check_url
+from service.eventlog.url_policy import check_url, resolve
 from service.settings import Settings
 
 log = logging.getLogger("raydock.webhooks")
@@ -250,9 +250,13 @@ class Deliverer:
         started = time.monotonic()
         allow = self.settings.webhook_allow_private
         try:
-            _, host, port = check_url(post.subscription.url, allow_private=allow)
-            if problem := check_resolved(host, port, allow_private=allow):
+            scheme, host, port = check_url(post.subscription.url, allow_private=allow)
+            address, problem = resolve(host, port, allow_private=allow)
+            if problem:
                 return Outcome(False, None, f"refused: {problem}", time.monotonic() - started)
+            url = httpx.URL(post.subscription.url)
+            # To the address just checked, under the URL's name (Host, and TLS's SNI and certificate check).
+            target, extensions = url.copy_with(host=address), {"sni_hostname": host} if scheme == "https" else {}
             headers = {
                 "Content-Type": "application/json",
                 "User-Agent": "raydock-webhooks/1",
@@ -260,10 +264,15 @@ class Deliverer:
                 EVENT_TYPE_HEADER: post.event_type,
                 DELIVERY_HEADER: str(post.delivery_id),
                 SIGNATURE_HEADER: signing.header(post.subscription.secret, post.body),
+                "Host": url.netloc.decode("ascii"),
             }
             # A stream, closed unread: whatever the receiver answers with, only its status is taken.
-            with self._http.stream("POST", post.subscription.url, content=post.body, headers=headers) as r:
-                status = r.status_code
+            request = self._http.build_request(
+                "POST", target, content=post.body, headers=headers, extensions=extensions
+            )
+            response = self._http.send(request, stream=True)
+            status = response.status_code
+            response.close()
         except Exception as exc:  # noqa: BLE001 - any failure of one post is that delivery's, to retry
             return Outcome(False, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], time.monotonic() - started)
         ok = 200 <= status < 300

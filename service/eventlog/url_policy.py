@@ -3,7 +3,8 @@
 multicast targets are refused unless the operator sets RAYDOCK_WEBHOOK_ALLOW_PRIVATE, so
 a webhook cannot become a way into the server's own network. The URL is checked at
 submit (a literal address or a ``localhost`` name) and the name's resolved addresses
-again before every post (a public name can point anywhere); redirects are never followed."""
+again before every post (a public name can point anywhere), which then connects to the
+address checked; redirects are never followed."""
 
 from __future__ import annotations
 
@@ -75,15 +76,17 @@ def check_url(url: str, *, allow_private: bool, where: str = "url") -> tuple[str
     return parts.scheme, host, port
 
 
-def check_resolved(host: str, port: int, *, allow_private: bool) -> str | None:
-    """At send time: why the addresses ``host`` resolves to are no target (None: fine)."""
-    if allow_private:
-        return None
+def resolve(host: str, port: int, *, allow_private: bool) -> tuple[str | None, str | None]:
+    """At send time: (an address of ``host`` to connect to, None) when every address it
+    resolves to is a target, else (None, why not). The post goes to that address, so a
+    name cannot resolve to a public address for the check and a private one for the post."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        return f"{host} does not resolve ({exc})"
+        return None, f"{host} does not resolve ({exc})"
+    if not infos:
+        return None, f"{host} does not resolve"
     for info in infos:
-        if problem := address_problem(info[4][0]):
-            return f"{host} resolves to a refused address: {problem}"
-    return None
+        if not allow_private and (problem := address_problem(info[4][0])):
+            return None, f"{host} resolves to a refused address: {problem}"
+    return str(infos[0][4][0]).split("%", 1)[0], None
