@@ -67,7 +67,7 @@ def test_a_jobs_transitions_arrive_once_in_order_signed_and_its_timeout_is_the_s
     )
     job = hc.submit(spec)
     job.wait(timeout=120)
-    assert job.status.value == "FAILED" and job.info.failure_cause.value == "TIMEOUT"
+    assert job.status.value == "FAILED" and job.info.failure_cause.value == "TIMEOUT", job.info.error
 
     logged = job.events(type="status_changed")
     got = receiver.wait_for("/timeline", lambda posts: len(posts) >= len(logged), timeout=30)
