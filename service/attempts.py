@@ -183,7 +183,9 @@ class Attempts:
             "attempt": attempt,
             "submission_id": sid,  # every push names it: the token is good for this attempt only
             "storage_path": self.settings.resolved_storage_path,
-            "spec": spec,
+            # Not its webhooks: the driver has no use for them, and a webhook URL may carry a token
+            # that other jobs on the cluster must not read.
+            "spec": {k: v for k, v in spec.items() if k != "notify"},
             "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
             "events_token": token,
         }
