@@ -45,6 +45,7 @@ from api.schemas import (
     WorkerGroupPublic,
     parse_job_spec,
 )
+from api.schemas.eventlog import DeliveryList, EventList, EventPublic, WebhookPublic
 
 DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
 
@@ -174,6 +175,23 @@ class Client:
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())
 
+    # ------------------------------------------------------------------ the event log
+
+    def events(self, *, job: str | None = None, type: str | None = None, since: int = 0, limit: int = 100) -> EventList:
+        """One page of the event log, oldest first from ``since`` (pass a page's ``next``)."""
+        params = {k: v for k, v in {"job": job, "type": type, "since": since, "limit": limit}.items() if v is not None}
+        return EventList.model_validate(self.request("GET", "/v1/events", params=params).json())
+
+    def webhooks(self) -> list[WebhookPublic]:
+        """The server's webhooks (without their secrets)."""
+        return [WebhookPublic.model_validate(w) for w in self.request("GET", "/v1/webhooks").json()]
+
+    def deliveries(self, subscription: str, *, before: int | None = None, limit: int = 100) -> DeliveryList:
+        """A webhook subscription's deliveries, newest first."""
+        params = {"limit": limit, **({"before": before} if before is not None else {})}
+        r = self.request("GET", f"/v1/webhooks/{subscription}/deliveries", params=params)
+        return DeliveryList.model_validate(r.json())
+
 
 class Job:
     """A handle on one job; ``info`` is the last state fetched from the server."""
@@ -216,6 +234,25 @@ class Job:
 
     def delete(self) -> None:
         self.client.request("DELETE", f"/v1/jobs/{self.id}")
+
+    def events(self, type: str | None = None, since: int = 0) -> list[EventPublic]:
+        """Every event of the job (who submitted, cancelled... it; each status change), oldest first."""
+        out: list[EventPublic] = []
+        while True:
+            params = {"since": since, "limit": 1000, **({"type": type} if type else {})}
+            page = EventList.model_validate(
+                self.client.request("GET", f"/v1/jobs/{self.id}/events", params=params).json()
+            )
+            out += page.items
+            if page.next is None:
+                return out
+            since = page.next
+
+    def webhooks(self) -> list[WebhookPublic]:
+        """The job's webhooks (its spec's ``notify``) with the secret each post is signed with."""
+        return [
+            WebhookPublic.model_validate(w) for w in self.client.request("GET", f"/v1/jobs/{self.id}/webhooks").json()
+        ]
 
     def metrics(self, since: int = -1, *, max_points: int | None = None, page_size: int = 1000) -> list[MetricPoint]:
         """Every report with seq > since, fetched page by page; with ``max_points`` the

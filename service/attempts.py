@@ -37,6 +37,7 @@ from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
 from service.db.specs import stored_spec
+from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.jobs import JobService
 
@@ -131,6 +132,8 @@ class Attempts:
                     .values(submission_id=sid, events_token_hash=digest),
                     execution_options={"synchronize_session": False},
                 ).rowcount
+                if fixed == 1:
+                    record(s, "admitted", job_id=job_id, attempt=attempt)
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
         spec = stored_spec(spec_json)
@@ -180,7 +183,9 @@ class Attempts:
             "attempt": attempt,
             "submission_id": sid,  # every push names it: the token is good for this attempt only
             "storage_path": self.settings.resolved_storage_path,
-            "spec": spec,
+            # Not its webhooks: the driver has no use for them, and a webhook URL may carry a token
+            # that other jobs on the cluster must not read.
+            "spec": {k: v for k, v in spec.items() if k != "notify"},
             "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
             "events_token": token,
         }

@@ -34,6 +34,8 @@ from service.db import job_records, purge
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
+from service.eventlog import subscriptions
+from service.eventlog.log import SYSTEM, record
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
@@ -71,6 +73,7 @@ class JobService(JobReads):
             spec, self.settings
         )  # code paths, runtime_env, entrypoint (service/code/user_code.py)
         tracking.check(spec, self.settings)  # a tracker the server has (service/tracking/enrol.py)
+        subscriptions.check_notify(spec.notify, self.settings)  # webhook URLs (service/eventlog/url_policy.py)
         train = code_spec(spec)
         if train.is_user_code and train.code:
             self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [])
@@ -98,7 +101,9 @@ class JobService(JobReads):
             raise answer
         return answer
 
-    def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> tuple[JobPublic, bool]:
+    def submit(
+        self, spec: JobSpec, idempotency_key: str | None = None, *, actor: str = SYSTEM
+    ) -> tuple[JobPublic, bool]:
         """Record a job; returns it and whether it was created (False: the same
         Idempotency-Key came with the same body before, and this is that job)."""
         digest = body_hash(spec) if idempotency_key else None  # only a key's retries are compared
@@ -126,6 +131,8 @@ class JobService(JobReads):
                 if (code := code_spec(spec).code) is not None:
                     self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
                 tracking.enrol(s, job.id, spec)
+                subscriptions.add_job_webhooks(s, job.id, spec.notify)
+                record(s, "submitted", job_id=job.id, actor=actor, name=spec.name, kind=spec.kind)
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
             if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
@@ -150,7 +157,7 @@ class JobService(JobReads):
 
     # ------------------------------------------------------------------ control
 
-    def cancel(self, job_id: str) -> JobPublic:
+    def cancel(self, job_id: str, *, actor: str = SYSTEM) -> JobPublic:
         with self.sessions.begin() as s:
             job = self._job(s, job_id)
             for _ in range(3):  # a lost race re-reads the job and decides again
@@ -166,17 +173,19 @@ class JobService(JobReads):
                     # stops what Ray accepted; reconciliation catches it if that fails.
                     gone = {"submission_id": None, "queue_position": None}  # the submit's confirm then finds it gone
                     if lifecycle.transition(
-                        s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone
+                        s, job, JobStatus.CANCELLED, reason="cancelled before it started", also=gone, actor=actor
                     ):
+                        record(s, "cancelled", job_id=job_id, actor=actor, status=status.value)
                         break
-                elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested"):
+                elif lifecycle.transition(s, job, JobStatus.CANCELLING, reason="cancel requested", actor=actor):
+                    record(s, "cancelled", job_id=job_id, actor=actor, status=status.value)
                     break
             public, stopping = to_public(job), job.status == JobStatus.CANCELLING.value
         if stopping:  # the monitor stops the Ray job (now, and again each tick while it is CANCELLING)
             self.on_submit()
         return public
 
-    def cancel_many(self, job_ids: list[str]) -> CancelledJobs:
+    def cancel_many(self, job_ids: list[str], *, actor: str = SYSTEM) -> CancelledJobs:
         """Cancel many jobs in one transaction of compare-and-set statements: queued ones
         CANCELLED, started ones CANCELLING (the monitor stops their Ray jobs); the rest
         (already cancelling, ended, unknown, or moved meanwhile) one by one, each refusal
@@ -190,13 +199,16 @@ class JobService(JobReads):
                         "submission_id": None,
                         "queue_position": None,
                     }  # as for one cancel: a submit in flight finds it gone
+                    why = "cancelled before it started"
                     moved = lifecycle.transition_many(
-                        s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled before it started", also=gone
+                        s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason=why, also=gone, actor=actor
                     )
                     for started in (JobStatus.STARTING, JobStatus.RUNNING):  # the monitor stops their Ray jobs
                         moved += lifecycle.transition_many(
-                            s, ids, started, JobStatus.CANCELLING, reason="cancel requested"
+                            s, ids, started, JobStatus.CANCELLING, reason="cancel requested", actor=actor
                         )
+                    for job_id in moved:
+                        record(s, "cancelled", job_id=job_id, actor=actor)
                 break
             except DBAPIError as exc:  # PostgreSQL chose this transaction to end a deadlock: nothing was written
                 if tries_left == 0 or getattr(exc.orig, "sqlstate", None) != DEADLOCK:
@@ -211,13 +223,13 @@ class JobService(JobReads):
             try:
                 if job_id not in known:
                     self._job_missing(job_id)
-                self.cancel(job_id)
+                self.cancel(job_id, actor=actor)
                 cancelled.append(job_id)
             except (Conflict, NotFound) as exc:
                 refused.append(CancelRefusal(id=job_id, code=exc.code, message=exc.message))
         return CancelledJobs(cancelled=cancelled, refused=refused)
 
-    def resume(self, job_id: str) -> JobPublic:
+    def resume(self, job_id: str, *, actor: str = SYSTEM) -> JobPublic:
         """A new attempt of a FAILED or CANCELLED job. Ray Train finds the run's
         checkpoint state under the same storage name, so the loop's
         ``ray.train.get_checkpoint()`` returns the last checkpoint."""
@@ -239,12 +251,13 @@ class JobService(JobReads):
             )
             # The ended attempt's driver can no longer push; the next attempt gets a new token.
             fresh = {"events_token_hash": None, "submission_id": None, "queue_position": None}
-            if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason, also=fresh):
+            if not lifecycle.transition(s, job, JobStatus.QUEUED, reason=reason, also=fresh, actor=actor):
                 raise Conflict(f"Job {job_id} changed while it was being resumed; try again.", code="job_not_resumable")
+            record(s, "resumed", job_id=job_id, actor=actor, status=status.value, from_checkpoint=bool(has_checkpoint))
         self.on_submit()
         return self.get(job_id)
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, *, actor: str = SYSTEM) -> None:
         with self.sessions.begin() as s:
             job = self._job(s, job_id)
             if not JobStatus(job.status).is_terminal():
@@ -254,6 +267,7 @@ class JobService(JobReads):
                 )
             ray_job_id = job.ray_job_id
             job.deleting = True  # a resume now refuses it
+            record(s, "deleted", job_id=job_id, actor=actor, name=job.name, status=job.status)
         # A chunk of its rows per transaction, the job row last (service/purge.py).
         purge.delete_jobs(self.sessions, [job_id])
         # The rows are gone first: a crash here leaves files, never a row without files.

@@ -17,6 +17,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
 from service.db.models import JobRow, TransitionRow, utcnow
+from service.eventlog.log import SYSTEM, record
 from service.telemetry import transitions as telemetry
 
 S = JobStatus
@@ -71,11 +72,13 @@ def transition(
     cause: FailureCause | None = None,
     error: str | None = None,
     also: dict[str, Any] | None = None,
+    actor: str = SYSTEM,
 ) -> bool:
     """Move ``job`` from the status it was read in to ``target``, if it is still in it,
     writing the columns in ``also`` with it (or not at all). Returns False (and changes
     nothing) when the job is already there or another writer moved it first; raises
-    IllegalTransition for a move the lifecycle forbids."""
+    IllegalTransition for a move the lifecycle forbids. The move is logged (``status_changed``,
+    by ``actor``) in the same transaction."""
     current = JobStatus(job.status)
     if current == target:
         return False
@@ -102,7 +105,26 @@ def transition(
         cause=values.get("failure_cause"),
         queued_at=job.queued_at if target == S.STARTING else None,
     )
+    _log(session, job.id, current, target, reason, values.get("failure_cause"), actor, job.attempt)
     return True
+
+
+def _log(
+    session: Session,
+    job_id: str,
+    current: JobStatus,
+    target: JobStatus,
+    reason: str | None,
+    cause: str | None,
+    actor: str,
+    attempt: int | None,
+) -> None:
+    """The event-log rows of one move: ``status_changed``, and ``started`` when an attempt starts running."""
+    cause = cause if target == S.FAILED else None
+    moved = {"from": current.value, "to": target.value, "reason": reason, "cause": cause}
+    record(session, "status_changed", job_id=job_id, actor=actor, attempt=attempt, **moved)
+    if target == S.RUNNING:
+        record(session, "started", job_id=job_id, actor=actor, attempt=attempt)
 
 
 def _values(
@@ -139,6 +161,7 @@ def transition_many(
     *,
     reason: str,
     also: dict[str, Any] | None = None,
+    actor: str = SYSTEM,
 ) -> list[str]:
     """Move every job of ``job_ids`` still in ``current`` to ``target`` in one
     compare-and-set statement (e.g. a mass cancel of queued jobs); returns those moved.
@@ -169,6 +192,7 @@ def transition_many(
     )
     for job_id, kind in rows:
         telemetry.moved(session, job_id=job_id, kind=kind, current=current, target=target)
+        _log(session, job_id, current, target, reason, None, actor, None)
     return moved
 
 

@@ -33,6 +33,8 @@ from service import storage
 from service.cluster.ray_backend import RayBackend
 from service.db import purge
 from service.db.models import JobRow, aware, store_id, utcnow
+from service.eventlog import log as eventlog
+from service.eventlog.log import record
 from service.settings import Settings
 
 log = logging.getLogger("raydock.retention")
@@ -90,12 +92,14 @@ class Retention:
         policy: Policy,
         interval_s: float = 60.0,
         ray: RayBackend | None = None,
+        event_log_days: float | None = None,
     ):
         self.sessions, self.storage_path, self.policy, self.interval_s = sessions, storage_path, policy, interval_s
         self.ray = ray  # None: Ray's records are left to a sweep that has the cluster
         self.ray_records = RayRecords()  # the last sweep's
         self._ray_down = False
         self._store: str | None = None
+        self.event_log_days = event_log_days  # None: the event log is not trimmed by this sweep
 
     def _condition(self, s, now: datetime):
         """SQL for "this finished job is past the policy", or None when nothing is."""
@@ -151,7 +155,7 @@ class Retention:
     def sweep(self, max_batches: int | None = None) -> int:
         """Delete everything the policy names, a batch at a time; returns how many jobs."""
         deleted, batches = 0, 0
-        while max_batches is None or batches < max_batches:
+        while self.policy.is_set and (max_batches is None or batches < max_batches):
             doomed, _ = self.due()
             if not doomed:
                 break
@@ -162,9 +166,26 @@ class Retention:
             time.sleep(PAUSE_S)
         if deleted:
             log.info("retention (%s): deleted %d finished jobs", self.policy, deleted)
-        if self.ray is not None:
+        trimmed = self.trim_event_log()
+        if deleted or trimmed:
+            with self.sessions.begin() as s:
+                record(s, "retention_sweep", jobs_deleted=deleted, events_deleted=trimmed, policy=str(self.policy))
+        if self.ray is not None and self.policy.is_set:
             self.ray_records = self.forget_ray_jobs()
         return deleted
+
+    def trim_event_log(self) -> int:
+        """Delete event-log rows (and webhook deliveries) past their retention, a batch per transaction."""
+        if self.event_log_days is None:
+            return 0
+        trimmed = 0
+        while True:
+            with self.sessions.begin() as s:
+                n = eventlog.trim(s, self.event_log_days)
+            trimmed += n
+            if n < eventlog.TRIM_BATCH:
+                return trimmed
+            time.sleep(PAUSE_S)
 
     def forget_ray_jobs(self) -> RayRecords:
         """Delete Ray's records of this store's ended Ray jobs whose raydock job is gone."""

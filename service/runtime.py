@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from service.cluster.local_cluster import LocalHead, ensure_head
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
+from service.eventlog.deliverer import Deliverer
 from service.jobs import JobService
 from service.monitor import Monitor
 from service.retention import Policy, Retention
 from service.settings import Settings
+from service.telemetry import instruments
 
 log = logging.getLogger("raydock")
 
@@ -24,6 +26,7 @@ class Runtime:
     monitor: Monitor
     head: LocalHead | None
     retention: Retention | None = None  # None: no retention policy set
+    deliverer: Deliverer | None = None  # webhooks (service/eventlog/deliverer.py), on a thread of its own
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -51,10 +54,15 @@ def build_runtime(settings: Settings) -> Runtime:
     )
     monitor = Monitor(service)
     service.on_submit = monitor.wake
-    policy = Policy.from_settings(settings)
-    retention = (
-        Retention(sessions, settings.resolved_storage_path, policy, settings.retention_interval_s, ray=service.backend)
-        if policy.is_set
-        else None
+    policy = Policy.from_settings(settings)  # the event log's retention is always set: there is always a sweep
+    retention = Retention(
+        sessions,
+        settings.resolved_storage_path,
+        policy,
+        settings.retention_interval_s,
+        ray=service.backend,
+        event_log_days=settings.event_log_retention_days,
     )
-    return Runtime(settings, service, monitor, head, retention)
+    deliverer = Deliverer(settings, sessions)
+    deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
+    return Runtime(settings, service, monitor, head, retention, deliverer)

@@ -196,6 +196,49 @@ class Settings(BaseSettings):
     retention_interval_s: float = Field(
         default=60.0, gt=0, description="How often the background retention sweep runs."
     )
+    event_log_retention_days: float = Field(
+        default=90.0,
+        gt=0,
+        le=36_600,
+        description="Event-log rows (and webhook deliveries) older than this many days are deleted by the retention sweep.",
+    )
+    max_log_events_per_job: int = Field(
+        default=10_000,
+        ge=10,
+        lt=2**31,
+        description=(
+            "Most event-log rows a job's own events make (checkpointed, retried, resized); past it they are counted, "
+            "not logged. Status changes and what callers do are always logged."
+        ),
+    )
+    webhooks_raw: str = Field(
+        default="",
+        validation_alias=AliasChoices("RAYDOCK_WEBHOOKS"),
+        description=(
+            'Server webhooks, a JSON list of {"name", "url", "events", "secret"}: every event of the listed types '
+            '(["*"]: all) is posted to url, signed with secret.'
+        ),
+    )
+    webhook_allow_private: bool = Field(
+        default=False,
+        description="Let webhooks target loopback, link-local, private and other non-public addresses (refused by default).",
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300, description="How long one webhook post may take.")
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, le=100, description="Tries of one webhook delivery before it is marked failed."
+    )
+    webhook_backoff_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="Wait before the second try of a delivery; doubled for each further try.",
+    )
+    webhook_backoff_max_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="Longest wait between two tries of a delivery."
+    )
+    webhook_concurrency: int = Field(
+        default=4, ge=1, le=256, description="Webhook posts in flight at once (each subscription posts one at a time)."
+    )
     ray_auth_token_path: Path | None = Field(
         default=None,
         validation_alias=AliasChoices("RAYDOCK_RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN_PATH"),

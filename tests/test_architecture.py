@@ -47,8 +47,9 @@ SERVICE_ROOMS: dict[str, set[str]] = {
         "service.storage",
         "service.settings",
         "service.telemetry.instruments",  # counts events taken in and dropped
+        "service.eventlog",  # a job's checkpoints, restarts and resizes are logged with what stores them
     },
-    "service.code": {"service.db", "service.storage", "service.settings"},
+    "service.code": {"service.db", "service.storage", "service.settings", "service.eventlog"},  # code_uploaded
     "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {"service.db", "service.settings"},

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.eventlog import MAX_NOTIFY, NotifySpec
 from api.schemas.tracking import TrackingSpec
 
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
@@ -41,4 +42,9 @@ class JobCommon(Strict):
         gt=0,
         le=MAX_DURATION_S,
         description="Fail the job (cause NO_RESOURCES) if the cluster cannot start it within this many seconds of submission.",
+    )
+    notify: list[NotifySpec] = Field(
+        default_factory=list,
+        max_length=MAX_NOTIFY,
+        description="Webhooks for this job's events (at most 5); each is signed with its own secret (GET /v1/jobs/{id}/webhooks).",
     )

@@ -33,6 +33,7 @@ FIXED_FIELDS = {
     "priority": "a job-level field; set it on the tune job",
     "max_runtime_s": "a job-level field; set it on the tune job",
     "scheduling_timeout_s": "a job-level field; set it on the tune job",
+    "notify": "a job-level field; set it on the tune job",
     "entrypoint": "the code every trial runs",
     "working_dir": "the code every trial runs",
     "code": "the code every trial runs",

@@ -18,6 +18,7 @@ from api.client import Client, Job
 from api.errors import RaydockError
 from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail, need_server
+from service.cli.events import events  # noqa: F401  (registers `raydock events`)
 from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs

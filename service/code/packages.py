@@ -43,6 +43,7 @@ from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
 from service.code.package_zip import check_zip
 from service.db.models import CodePackageRow, JobCodeRow, count, utcnow
+from service.eventlog.log import SYSTEM, record
 from service.settings import Settings
 
 log = logging.getLogger("raydock.code")
@@ -102,7 +103,9 @@ class CodeStore:
 
     # ------------------------------------------------------------------ upload
 
-    async def receive(self, sha256: str, declared: int | None, body: AsyncIterator[bytes]) -> Stored:
+    async def receive(
+        self, sha256: str, declared: int | None, body: AsyncIterator[bytes], *, actor: str = SYSTEM
+    ) -> Stored:
         """Take an upload: counted and hashed as it arrives, checked, then stored."""
         cap = self.settings.code_max_bytes
         if declared is not None and declared > cap:
@@ -115,11 +118,11 @@ class CodeStore:
             )
         self._uploads += 1  # on the event loop: no other receive runs between the test and this
         try:
-            return await self._receive(sha256, body, cap)
+            return await self._receive(sha256, body, cap, actor)
         finally:
             self._uploads -= 1
 
-    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int) -> Stored:
+    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int, actor: str) -> Stored:
         # The database, the zip check and the copy into storage run off the event loop:
         # a large package must not stall the server's other requests.
         if (known := await asyncio.to_thread(self.touch, sha256)) is not None:
@@ -142,7 +145,7 @@ class CodeStore:
                     code="code_hash_mismatch",
                 )
             files, content = await asyncio.to_thread(check_zip, Path(tmp), self.settings)
-            return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content)
+            return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content, actor)
         finally:
             # Refused, cut off (the client went away mid-body) or stored: the temp file goes.
             Path(tmp).unlink(missing_ok=True)
@@ -180,7 +183,7 @@ class CodeStore:
         log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
         return False
 
-    def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int) -> Stored:
+    def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, actor: str) -> Stored:
         with self._lock:
             storage.put_file(str(tmp), self.uri(sha256))
             try:
@@ -189,6 +192,7 @@ class CodeStore:
                     created = row is None
                     if created:
                         s.add(CodePackageRow(sha256=sha256, size_bytes=size, files=files, content_bytes=content))
+                        record(s, "code_uploaded", actor=actor, sha256=sha256, size_bytes=size, files=files)
                     else:
                         row.last_used_at = utcnow()  # the file was missing: stored again
             except IntegrityError:

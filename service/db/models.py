@@ -107,6 +107,8 @@ class JobRow(Base):
     holds_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     scheduling_timeout_s: Mapped[float | None] = mapped_column(Float)
     max_runtime_s: Mapped[float | None] = mapped_column(Float)
+    # Event-log rows the job's own events made (checkpoints, restarts, resizes), capped per job.
+    log_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
     queue_position: Mapped[int | None] = mapped_column(Integer)
 

@@ -26,6 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import select
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +49,7 @@ from api.schemas.events import (
 from service import lifecycle, storage
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
 from service.db.models import JobRow, count
+from service.eventlog.log import job_may_log, record
 from service.events import limits, logs
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room
@@ -197,9 +199,14 @@ class Ingest:
                         values=m,
                     )
                 )
+                if job_may_log(job, self.limits.log_events):
+                    step, epoch = as_int(m.get("step")), as_int(m.get("epoch"))
+                    record(s, "checkpointed", job_id=job.id, attempt=job.attempt, path=path, step=step, epoch=epoch)
             case WorkerFailureEvent():
                 limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
                 instruments.worker_restarted()
+                if job_may_log(job, self.limits.log_events):
+                    record(s, "retried", job_id=job.id, attempt=job.attempt, reason=event.reason)
             case ErrorEvent():
                 # Recorded now; the status follows when Ray reports the driver's exit.
                 lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
@@ -211,6 +218,7 @@ class Ingest:
                 if batch.seen(WorkerGroupRow, event.seq):
                     return
                 room(self.limits, job, "worker_groups")
+                self._log_resize(s, job, event.world_size)  # before the new row: it compares with the last
                 s.add(
                     WorkerGroupRow(
                         job_id=job.id,
@@ -271,6 +279,17 @@ class Ingest:
                 row.config, row.values, row.checkpoint_path = event.config, event.metrics, event.checkpoint_path
                 s.add(row)
                 job.latest_metrics = {**event.metrics, "trial_id": event.trial_id}
+
+    def _log_resize(self, s: Session, job: JobRow, world_size: int) -> None:
+        """A worker group of another size than the attempt's last one: ``resized``."""
+        last = s.scalar(
+            select(WorkerGroupRow.world_size)
+            .where(WorkerGroupRow.job_id == job.id, WorkerGroupRow.attempt == job.attempt)
+            .order_by(WorkerGroupRow.seq.desc())
+            .limit(1)
+        )
+        if last is not None and last != world_size and job_may_log(job, self.limits.log_events):
+            record(s, "resized", job_id=job.id, attempt=job.attempt, **{"from": last, "to": world_size})
 
 
 def _reason(exc: Exception) -> str:

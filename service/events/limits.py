@@ -27,6 +27,7 @@ class EventLimits:
     checkpoints: int = 100_000
     exploits: int = 100_000
     restarts_kept: int = 10
+    log_events: int = 10_000  # event-log rows the job's own events make (service/eventlog/log.py)
 
     @classmethod
     def from_settings(cls, settings: Any) -> EventLimits:
@@ -38,6 +39,7 @@ class EventLimits:
             checkpoints=settings.max_checkpoints_per_job,
             exploits=settings.max_exploits_per_job,
             restarts_kept=settings.max_restarts_kept,
+            log_events=settings.max_log_events_per_job,
         )
 
 

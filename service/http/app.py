@@ -31,6 +31,7 @@ from service.http.routes import (
     checkpoints,
     cluster,
     code,
+    eventlog,
     events,
     jobs,
     logs,
@@ -94,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking, eventlog)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
@@ -126,6 +127,8 @@ async def lifespan(app: FastAPI):
     app.state.store_metrics = CollectorRegistry()
     app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
     task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
+    if runtime.deliverer is not None:
+        runtime.deliverer.start()
     sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
     # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
     exporter = asyncio.create_task(
@@ -139,6 +142,8 @@ async def lifespan(app: FastAPI):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+        if runtime.deliverer is not None:
+            await asyncio.to_thread(runtime.deliverer.stop)
         if runtime.head is not None:
             await asyncio.to_thread(_maybe_stop_head, runtime)
 

@@ -85,6 +85,15 @@ def existing_job(jobs: Jobs, job_id: JobId) -> str:
 
 ExistingJobId = Annotated[str, Depends(existing_job)]
 
+
+async def actor(settings: AppSettings) -> str:
+    """Who is calling, as the event log names them: the holder of RAYDOCK_API_TOKEN
+    (checked before any route runs), or a caller on loopback when no token is set."""
+    return "api-token" if settings.api_token else "loopback"
+
+
+Actor = Annotated[str, Depends(actor)]
+
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <RAYDOCK_API_TOKEN>`.")
 
 

@@ -4,7 +4,11 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from service.db import event_models, tracking_models  # noqa: F401  (their tables join Base's metadata)
+from service.db import (  # noqa: F401  (their tables join Base's metadata)
+    event_models,
+    eventlog_models,
+    tracking_models,
+)
 from service.db.models import Base  # the tables: service/db/models.py and service/db/event_models.py
 
 target_metadata = Base.metadata

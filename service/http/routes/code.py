@@ -11,7 +11,7 @@ from starlette.requests import ClientDisconnect
 
 from api.errors import RaydockError
 from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic, ErrorResponse
-from service.http.deps import Code
+from service.http.deps import Actor, Code
 from service.http.openapi import errors
 
 router = APIRouter(tags=["code"])
@@ -54,12 +54,13 @@ def code_limits(code: Code) -> CodeLimits:
         },
     },
 )
-async def put_code(code: Code, sha256: Sha256, request: Request, response: Response) -> CodePackagePublic:
+async def put_code(code: Code, sha256: Sha256, request: Request, response: Response, actor: Actor) -> CodePackagePublic:
     """Upload a package. Its sha256 must be the name; it is checked (caps, no links, no
     path out of the package, sizes that hold when unpacked) before anything is stored."""
     length = request.headers.get("content-length")
     try:
-        stored = await code.receive(sha256, int(length) if length and length.isdigit() else None, request.stream())
+        declared = int(length) if length and length.isdigit() else None
+        stored = await code.receive(sha256, declared, request.stream(), actor=actor)
     except ClientDisconnect:  # the client went away mid-body; nothing was stored
         raise RaydockError(
             "The upload was cut off before its end; nothing was stored. Upload again.",

@@ -10,7 +10,7 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from api.schemas import MAX_LABELS, CancelJobs, CancelledJobs, JobList, JobPublic, JobSpec, JobStatus
-from service.http.deps import Cursor, JobId, Jobs, Offset
+from service.http.deps import Actor, Cursor, JobId, Jobs, Offset
 from service.http.openapi import errors, job_response
 
 router = APIRouter(tags=["jobs"])
@@ -56,6 +56,7 @@ SPEC_EXAMPLES = {
 )
 async def submit_job(
     jobs: Jobs,
+    actor: Actor,
     spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     response: Response,
     idempotency_key: Annotated[
@@ -64,7 +65,9 @@ async def submit_job(
     ] = None,
 ) -> JobPublic:
     """Record a job and queue it; it starts on the cluster as soon as it fits."""
-    job, created = await run_in_threadpool(jobs.submit, spec, idempotency_key)  # a write: off the event loop
+    job, created = await run_in_threadpool(
+        jobs.submit, spec, idempotency_key, actor=actor
+    )  # a write: off the event loop
     if not created:
         response.status_code = 200
     return job
@@ -97,29 +100,29 @@ async def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
 
 
 @router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
-def cancel_jobs(jobs: Jobs, body: CancelJobs) -> CancelledJobs:
+def cancel_jobs(jobs: Jobs, body: CancelJobs, actor: Actor) -> CancelledJobs:
     """Cancel many jobs at once (at most 1000): queued ones in one statement, started ones
     each as by their own cancel; a job that is not found or already ended is listed in
     `refused` with its code."""
-    return jobs.cancel_many(body.ids)
+    return jobs.cancel_many(body.ids, actor=actor)
 
 
 @router.post(
     "/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422)
 )
-def cancel_job(jobs: Jobs, job_id: JobId) -> JobPublic:
-    return jobs.cancel(job_id)
+def cancel_job(jobs: Jobs, job_id: JobId, actor: Actor) -> JobPublic:
+    return jobs.cancel(job_id, actor=actor)
 
 
 @router.post(
     "/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(404, 409, 422)
 )
-def resume_job(jobs: Jobs, job_id: JobId) -> JobPublic:
+def resume_job(jobs: Jobs, job_id: JobId, actor: Actor) -> JobPublic:
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
-    return jobs.resume(job_id)
+    return jobs.resume(job_id, actor=actor)
 
 
 @router.delete("/jobs/{job_id}", status_code=204, operation_id="delete_job", responses=errors(404, 409, 422))
-def delete_job(jobs: Jobs, job_id: JobId) -> Response:
-    jobs.delete(job_id)
+def delete_job(jobs: Jobs, job_id: JobId, actor: Actor) -> Response:
+    jobs.delete(job_id, actor=actor)
     return Response(status_code=204)
