@@ -29,29 +29,19 @@ from service.cli.status import summary
 from service.cluster.local_cluster import free_ports
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
+from tests.test_tune import BASE, search
 
 WIDTH = 80
 TOKEN = "cli-output-token"
-SEARCH = {
-    "kind": "tune",
-    "name": "cli-trials",
-    "base": {
-        "model": {"type": "mlp", "hidden_sizes": [16]},
-        "data": {"source": "digits"},
-        "optimizer": {"name": "sgd", "lr": 0.01},
-        "batch_size": 64,
-        "seed": 0,
-        "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
-    },
-    "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
-    "algorithm": "random",
-    "metric": "val_acc",
-    "mode": "max",
-    "num_trials": 2,
-    "budget": {"epochs": 1},
-    "driver_cpus_per_trial": 0.25,
-    "seed": 1,
-}
+SEARCH = search(
+    name="cli-trials",
+    base={**BASE, "model": {"type": "mlp", "hidden_sizes": [16]}},
+    search_space={"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
+    num_trials=2,
+    max_concurrent_trials=2,
+    budget={"epochs": 1},
+    driver_cpus_per_trial=0.25,
+)
 
 
 def cli(*args: str, url: str | None = None, token: str | None = None, width: int = WIDTH):

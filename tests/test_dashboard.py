@@ -25,6 +25,7 @@ from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from tests.conftest import user_spec
 from tests.servers import ServerProcess
+from tests.test_tune import BASE, search
 
 pytestmark = pytest.mark.slow
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -188,29 +189,18 @@ def test_cluster_page_shows_nodes_capacity_and_queue(dash, tab):
 
 
 def test_a_pbt_search_draws_its_lineage_and_shows_the_best_replay(dash, sdk, tab):
-    search = {
-        "kind": "tune",
-        "name": "dash-pbt",
-        "base": {
-            "model": {"type": "mlp", "hidden_sizes": [16]},
-            "data": {"source": "digits"},
-            "optimizer": {"name": "sgd", "lr": 0.01},
-            "batch_size": 64,
-            "seed": 0,
-            "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
-        },
-        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.0005, "high": 0.5}},
-        "algorithm": "pbt",
-        "pbt": {"perturbation_interval": 1, "quantile_fraction": 0.5},
-        "metric": "val_acc",
-        "mode": "max",
-        "num_trials": 2,
-        "max_concurrent_trials": 2,
-        "budget": {"epochs": 3},
-        "driver_cpus_per_trial": 0.5,
-        "seed": 3,
-    }
-    job = sdk.submit(search)
+    spec = search(
+        name="dash-pbt",
+        base={**BASE, "model": {"type": "mlp", "hidden_sizes": [16]}},
+        search_space={"optimizer.lr": {"type": "loguniform", "low": 0.0005, "high": 0.5}},
+        algorithm="pbt",
+        pbt={"perturbation_interval": 1, "quantile_fraction": 0.5},
+        num_trials=2,
+        max_concurrent_trials=2,
+        budget={"epochs": 3},
+        seed=3,
+    )
+    job = sdk.submit(spec)
     job.wait(timeout=480)
     assert job.status.value == "SUCCEEDED", job.info.error
     assert job.lineage(), "PBT recorded no exploit: the graph would have no edge"

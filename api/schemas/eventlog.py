@@ -4,27 +4,13 @@ one logged event (``EventPublic``, also the webhook payload), a page of them, a 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from api.schemas.common import Strict
 from api.schemas.jobs import UtcDatetime
 
-EVENT_TYPES = (
-    "submitted",
-    "admitted",
-    "started",
-    "status_changed",
-    "retried",
-    "resized",
-    "checkpointed",
-    "cancelled",
-    "resumed",
-    "deleted",
-    "code_uploaded",
-    "retention_sweep",
-)
 EventType = Literal[
     "submitted",
     "admitted",
@@ -39,6 +25,7 @@ EventType = Literal[
     "code_uploaded",
     "retention_sweep",
 ]
+EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 PAYLOAD_VERSION = 1
 MAX_NOTIFY = 5  # webhooks per job
 MAX_WEBHOOK_URL = 2048
