@@ -201,7 +201,7 @@ def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
 # ------------------------------------------------------------------ M9: the best trial
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a minute of filling the store; bench/abuse_events.py times the same read
 def test_the_best_so_far_of_100k_reports_is_one_indexed_read(target):
     job_id = target.running_search()
     t0 = time.perf_counter()

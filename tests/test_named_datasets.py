@@ -87,7 +87,7 @@ def test_rays_documented_loop_reads_train_and_validation_unchanged(client: Clien
     assert len(job.checkpoints()) >= 1
 
 
-@pytest.mark.slow
+@pytest.mark.long  # a search of Train runs: opt-in for time
 def test_a_search_over_the_loops_lr_gives_every_trial_the_same_split_datasets(client: Client, tmp_path):
     table(500, 2).to_csv(tmp_path / "rows.csv", index=False)
     base = regression(

@@ -86,20 +86,29 @@ STRATEGIES = [
         2,
         True,
     ),
-    ("fsdp", {"strategy": "fsdp"}, 2, 2, True),
-    ("tensor", {"strategy": "tensor", "tensor_degree": 2}, 2, 1, False),
-    (
+    # fsdp and tensor are opt-in here (`long`): the digits FSDP job below and the hybrid mesh
+    # (data x tensor) run them on the cluster by default, and tests/parallel checks both.
+    pytest.param("fsdp", {"strategy": "fsdp"}, 2, 2, True, marks=pytest.mark.long, id="fsdp"),
+    pytest.param(
+        "tensor", {"strategy": "tensor", "tensor_degree": 2}, 2, 1, False, marks=pytest.mark.long, id="tensor"
+    ),
+    pytest.param(
         "pipeline-gpipe",
         {"strategy": "pipeline", "pipeline": {"stages": 2, "microbatches": 2, "schedule": "gpipe"}},
         2,
         1,
         False,
+        id="pipeline-gpipe",
     ),
     ("hybrid-data2-tensor2", {"strategy": "hybrid", "mesh": {"data": 2, "tensor": 2}}, 4, 2, True),
 ]
 
 
-@pytest.mark.parametrize("what,parallelism,workers,replicas,syncs", STRATEGIES, ids=[s[0] for s in STRATEGIES])
+@pytest.mark.parametrize(
+    "what,parallelism,workers,replicas,syncs",
+    STRATEGIES,
+    ids=[s[0] if isinstance(s, tuple) else s.id for s in STRATEGIES],
+)
 def test_strategy_job_trains_and_its_checkpoint_reproduces_val_loss(
     server, tmp_path, what, parallelism, workers, replicas, syncs
 ):

@@ -71,7 +71,7 @@ def test_pbt_over_a_tune_function_trainable_clones_and_the_best_beats_the_worst(
     assert job.best().trial_id in {t.trial_id for t in trials}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # tests/test_tune_any_loop.py reads a failing Train trial by default
 def test_a_failing_function_trial_reads_as_the_users_exception(client: Client):
     job = client.submit(function_search("userpkg.tune_fn:boom", algorithm="random", pbt=None, num_trials=1))
     job.wait(timeout=300)
