@@ -34,6 +34,7 @@ def rows(target, table, job_id: str) -> int:
 # ------------------------------------------------------------------ M5: bounds per job
 
 
+@pytest.mark.slow  # a server of its own per database: seconds each
 def test_a_flood_of_worker_failures_keeps_the_job_list_small(target):
     job_id = target.running_job()
     t0 = time.perf_counter()
@@ -60,6 +61,7 @@ BOUNDS = {
 }
 
 
+@pytest.mark.slow  # a server of its own per database: seconds each
 def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(tmp_path, database_url):
     target = attacks.start_target(tmp_path, database_url, **BOUNDS)
     try:
@@ -184,6 +186,7 @@ def test_submits_stay_fast_while_a_search_pushes_on_many_connections(tmp_path):
         target.stop()
 
 
+@pytest.mark.slow  # a server of its own per database: seconds each
 def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
     """The driver, the controller and a search's trials each push for the same job; the
     server takes one post at a time, so the others are sent again after Retry-After."""

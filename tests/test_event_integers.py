@@ -19,6 +19,9 @@ from service.db.event_models import CheckpointRow, MetricRow, TrialMetricRow, Tr
 from service.db.models import JobRow
 from tests import attacks
 
+# Each test starts servers of its own and takes seconds: out of the fast command.
+pytestmark = pytest.mark.slow
+
 BIG = 2**40
 
 

@@ -22,6 +22,9 @@ from tests import attacks
 from tests.jobstore import set_columns
 from trainers import launch as launch_mod
 
+# Each test starts servers of its own and takes seconds: out of the fast command.
+pytestmark = pytest.mark.slow
+
 METRIC = {"type": "metric", "seq": 0, "ts": 1.0, "metrics": {"loss": 0.5}}
 
 

@@ -19,6 +19,9 @@ from tests.conftest import digits_spec
 from tests.jobstore import job_service, set_columns, submit
 from tests.servers import ServerProcess
 
+# Each test starts servers of its own and takes seconds: out of the fast command.
+pytestmark = pytest.mark.slow
+
 
 def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
     # 1024 descriptors: the common default, and fewer than the attacker's connections.
