@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.errors import NotFound
+from api.errors import Conflict
 from service import storage
 from service.files import archive
 from service.http.deps import Downloads, JobId, Jobs
@@ -22,16 +22,17 @@ router = APIRouter(tags=["tracking"])
     operation_id="download_tensorboard",
     responses={
         200: {"content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}},
-        **errors(404, 422, 429),
+        **errors(404, 409, 422, 429),
     },
 )
 def download_tensorboard(jobs: Jobs, downloads: Downloads, job_id: JobId) -> GzipResponse:
-    """The job's TensorBoard event files as a tar.gz, streamed while packed. 404 `no_tensorboard`
-    until the first report is exported, or when the spec did not ask for `tracking.tensorboard`."""
+    """The job's TensorBoard event files as a tar.gz, streamed while packed. 409 `no_tensorboard`
+    (the job is there, its files are not) until the first report is exported, or when the spec
+    did not ask for `tracking.tensorboard`; 404 for an unknown job."""
     jobs.get(job_id)  # 404 for an unknown job
     prefix = jobs.prefix(job_id)
     folder = storage.join(prefix, FOLDER)
-    missing = NotFound(
+    missing = Conflict(
         f"Job {job_id} has no TensorBoard files: its spec needs `tracking: {{tensorboard: true}}`, and they appear "
         "with its first exported report.",
         code="no_tensorboard",
