@@ -16,6 +16,7 @@ from datetime import datetime
 from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, FailureCause, JobSpec, TuneSpec
 from api.schemas.scaling import ACCELERATOR_PREFIX, ScalingSpec
+from service import node_fit
 
 Resources = tuple[float, float]  # (CPUs, GPUs)
 # What a job asks beyond CPUs and GPUs, by Ray resource name: memory (bytes), custom
@@ -84,13 +85,8 @@ def extra_free(info: ClusterInfo, held: Iterable[Extra]) -> Extra:
     autoscaler can add (unbounded where its limits are unknown), less what our started
     jobs hold."""
     total: Extra = {}
-    for n in info.nodes:
-        if n.alive:
-            _add_node(total, n.resources, 1.0)
-    for t in info.autoscaler.node_types if info.autoscaler else []:
-        room = float("inf") if t.max_workers is None else max(0, t.max_workers - t.running)
-        if room > 0:
-            _add_node(total, t.resources, room)
+    for resources, count in node_fit.nodes(info):  # the alive nodes, and the node types with room
+        _add_node(total, resources, count)
     for h in held:
         for k, v in h.items():
             total[k] = total.get(k, 0.0) - v
