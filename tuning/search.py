@@ -123,8 +123,7 @@ def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents)
     (which ``out`` hands the driver's callback too) and the trial's CPUs."""
     if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
-        s = spec.base.scaling
-        resources = {"CPU": s.cpus_per_worker, **s.worker_resources()}
+        resources = spec.base.scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
         fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
         return tune.with_resources(fn, {k.lower() if k in ("CPU", "GPU") else k: v for k, v in resources.items()})
     out.population = Population.remote() if aligned(spec) else None
