@@ -12,7 +12,7 @@ run at once, at most ``webhook_concurrency``, and a pass never waits for one: a 
 receiver holds up only its own subscription.
 
 For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered``,
-``retrying`` or ``failed``, and ``service.eventlog.deliveries.counts`` reads the deliveries by state.
+``retrying`` or ``failed`` (``service/runtime.py`` hands it the /metrics counter).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ count of all deliveries by state (what a metrics exporter reads)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.schemas.eventlog import DeliveryList, DeliveryPublic
@@ -33,9 +33,3 @@ def page(s: Session, subscription: str, *, before: int | None = None, limit: int
         for r in rows
     ]
     return DeliveryList(subscription=subscription, items=items, next=rows[-1].id if more else None)
-
-
-def counts(s: Session) -> dict[str, int]:
-    """Deliveries by state (pending, delivered, failed)."""
-    rows = s.execute(select(DeliveryRow.state, func.count()).group_by(DeliveryRow.state))
-    return {state: int(n) for state, n in rows}
