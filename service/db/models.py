@@ -145,6 +145,9 @@ Index(
     JobRow.queue_position,
 )
 
+# Each project's queue in its order: admission reads every project's head (service/tenancy/).
+Index("ix_jobs_project_queue", JobRow.status, JobRow.project, JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
+
 
 class JobLabelRow(Base):
     """One label of a job, so label filters are an indexed lookup (the job's ``labels``

@@ -29,6 +29,7 @@ def upgrade() -> None:
         b.add_column(sa.Column("preempt_deadline", AT, nullable=True))
     op.create_index("ix_jobs_project", "jobs", ["project"])
     op.create_index("ix_jobs_status_project", "jobs", ["status", "project"])
+    op.create_index("ix_jobs_project_queue", "jobs", ["status", "project", sa.text("priority DESC"), "queued_at", "id"])
     op.create_table(
         "project_quotas",
         sa.Column("project", sa.String(64), primary_key=True),
@@ -77,6 +78,7 @@ def downgrade() -> None:
     op.drop_table("job_usage")
     op.drop_table("project_usage")
     op.drop_table("project_quotas")
+    op.drop_index("ix_jobs_project_queue", table_name="jobs")
     op.drop_index("ix_jobs_status_project", table_name="jobs")
     op.drop_index("ix_jobs_project", table_name="jobs")
     with op.batch_alter_table("jobs") as b:
