@@ -25,6 +25,12 @@ class JobCommon(Strict):
         default=None,
         description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
     )
+    # moves with 0011_quotas at merge (quotas owns this field; identical there)
+    project: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,62}$",
+        description="The project the job belongs to; leave out for the caller's default project (GET /v1/me).",
+    )
     priority: int = Field(
         default=0,
         ge=-1000,

@@ -111,6 +111,9 @@ class JobRow(Base):
     log_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
     queue_position: Mapped[int | None] = mapped_column(Integer)
+    # The project the job belongs to: who may see and control it (service/tenancy/).
+    project: Mapped[str] = mapped_column(String(64), default="default", server_default="default", index=True)
+    user_id: Mapped[int | None] = mapped_column(Integer)  # who submitted it; NULL for jobs older than users
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)

@@ -23,7 +23,8 @@ from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
 from service.dashboard import pages
 from service.db.models import JobRow
-from service.http.deps import require_token
+from service.http.auth import Authenticator
+from service.http.deps import current_caller
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
@@ -36,9 +37,11 @@ from service.http.routes import (
     jobs,
     logs,
     metrics,
+    projects,
     prometheus,
     tracking,
     trials,
+    users,
     worker_groups,
 )
 from service.http.streams import StreamCap
@@ -72,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         own_limit_prefixes=("/v1/code/",),
         token=settings.api_token,
         open_docs=settings.open_docs,
+        auth=Authenticator(settings.api_token, lambda: app.state.runtime),
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
     app.add_exception_handler(RaydockError, raydock_error)
@@ -79,8 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, internal_error)
 
-    auth = [Depends(require_token)] if settings.api_token else []
-    v1 = APIRouter(prefix="/v1", dependencies=auth, responses=errors(401) if auth else {})
+    # Who calls is decided by the guard (service/http/auth.py); the dependency names the bearer scheme.
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_caller)], responses=errors(401))
     for module in V1_ROUTES:
         v1.include_router(module.router)
     app.include_router(cluster.health_router)
@@ -95,7 +99,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking, eventlog)
+V1_ROUTES = (
+    jobs,
+    metrics,
+    logs,
+    checkpoints,
+    trials,
+    worker_groups,
+    cluster,
+    code,
+    tracking,
+    eventlog,
+    users,
+    projects,
+)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:
