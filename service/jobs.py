@@ -117,7 +117,6 @@ class JobService(JobReads):
         digest = body_hash(spec) if idempotency_key else None  # only a key's retries are compared
         if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
             return existing, False
-        spec = spec.model_copy(update={"project": project})  # the stored spec names where it went
         self.validate(spec, project)
         now = utcnow()
         row = {

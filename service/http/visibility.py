@@ -18,7 +18,8 @@ def cancel_visible(jobs: JobService, ids: list[str], caller: Caller) -> Cancelle
     if caller.admin:
         return jobs.cancel_many(ids, actor=caller.name)
     with jobs.sessions() as s:
-        projects = dict(s.execute(select(JobRow.id, JobRow.project).where(JobRow.id.in_(ids))).tuples())
+        rows = s.execute(select(JobRow.id, JobRow.project).where(JobRow.id.in_(ids)))
+        projects = {r.id: r.project for r in rows}
     allowed = [i for i in ids if i in projects and caller.can_write(projects[i])]
     refused = []
     for job_id in dict.fromkeys(ids):
