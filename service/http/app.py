@@ -24,7 +24,7 @@ from api.schemas import JobStatus
 from service.dashboard import pages
 from service.db.models import JobRow
 from service.http.auth import Authenticator
-from service.http.deps import current_caller
+from service.http.deps import bearer_scheme, current_caller
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
@@ -83,8 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, internal_error)
 
-    # Who calls is decided by the guard (service/http/auth.py); the dependency names the bearer scheme.
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_caller)], responses=errors(401))
+    # Who calls is decided by the guard (service/http/auth.py), before any route runs.
+    auth = [Depends(bearer_scheme)] if settings.api_token else []
+    v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(current_caller)], responses=errors(401))
     for module in V1_ROUTES:
         v1.include_router(module.router)
     app.include_router(cluster.health_router)

@@ -96,9 +96,13 @@ _bearer = HTTPBearer(
 )
 
 
-async def current_caller(
-    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Caller:
+async def bearer_scheme(_: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """Names the bearer scheme in the OpenAPI document; mounted on /v1 when RAYDOCK_API_TOKEN
+    is set (local mode documents none: a request there may carry no token). The guard has
+    checked the token already."""
+
+
+async def current_caller(request: Request) -> Caller:
     """Who is calling: decided by the request guard before the route (service/http/auth.py)."""
     caller = getattr(request.state, "caller", None)
     if caller is None:
