@@ -18,6 +18,7 @@ import json
 import re
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import digits_spec
 from tests.tenancy_world import IDENTITIES, World, start_world
@@ -255,3 +256,35 @@ def test_audit_events_name_the_acting_user(world):
     assert ("token_revoked", "admin") in seen and ("member_set", "owner") in seen
     tokens = [e for e in events if e["type"] == "token_created"]
     assert all("rdk_" not in str(e["data"]) for e in tokens)  # the audit names the token by id, never its secret
+
+
+def test_the_cli_manages_users_projects_and_tokens(world):
+    admin = world.tokens["admin"]
+    assert cli(world, admin, "project", "create", "gamma").exit_code == 0
+    made = cli(world, admin, "user", "create", "dave", "--project", "gamma", "--role", "viewer")
+    assert made.exit_code == 0, made.output
+    dave = made.output.split("token (shown once): ")[1].split()[0]
+    me = cli(world, dave, "token", "create", "--name", "ci", "--expires-in-days", "30")
+    assert me.exit_code == 0 and me.output.strip().startswith("rdk_")
+    listed = cli(world, dave, "token", "list")
+    assert "first" in listed.output and "ci" in listed.output and dave not in listed.output
+    assert cli(world, admin, "project", "add-member", "gamma", "dave", "--role", "member").exit_code == 0
+    assert "dave:member" in cli(world, admin, "project", "list").output
+    refused = cli(world, dave, "user", "list")
+    assert refused.exit_code == 1 and "server admins" in refused.output and len(refused.output.splitlines()) <= 2
+    bad_role = cli(world, admin, "project", "add-member", "gamma", "dave", "--role", "owner")
+    assert bad_role.exit_code == 2
+    first_id = next(line.split()[1] for line in listed.output.splitlines() if " first " in line)
+    assert cli(world, dave, "token", "revoke", first_id).exit_code == 0
+    assert cli(world, dave, "token", "list").exit_code == 1  # that was the token it sent: now refused
+    assert cli(world, admin, "project", "remove-member", "gamma", "dave").exit_code == 0
+    assert cli(world, admin, "user", "revoke", "dave").exit_code == 0
+    assert "dave" not in cli(world, admin, "user", "list").output
+
+
+def cli(world: World, token: str, *args: str):
+    from service.cli.common import console, err
+    from service.cli.main import app
+
+    console.width = err.width = 200
+    return CliRunner().invoke(app, list(args), env={"RAYDOCK_API_TOKEN": token, "RAYDOCK_URL": world.url})

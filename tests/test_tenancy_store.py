@@ -9,9 +9,11 @@ import stat
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import inspect, select, text, update
 
 from api.errors import Conflict, Forbidden, NotFound
+from api.schemas import parse_job_spec
 from api.schemas.tenancy import MAX_TOKENS_PER_USER, TokenCreate, UserCreate
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import utcnow
@@ -22,6 +24,7 @@ from service.tenancy.caller import Caller, authenticate, server_admin
 from service.tenancy.projects import Projects
 from service.tenancy.tokens import token_hash
 from service.tenancy.users import Users
+from tests.conftest import digits_spec
 
 ADMIN = Caller("admin", None, True)
 
@@ -144,3 +147,24 @@ def test_users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions
     assert users.others_exist() is False
     with sessions() as s:
         assert s.scalars(select(ApiTokenRow)).all() == []
+
+
+def test_a_search_names_its_project_on_the_search_not_on_its_base():
+    base = {k: v for k, v in digits_spec().items() if k not in ("name", "epochs", "checkpoint")}
+    search = {
+        "kind": "tune",
+        "name": "s",
+        "base": base,
+        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
+        "algorithm": "random",
+        "metric": "val_acc",
+        "mode": "max",
+        "num_trials": 2,
+        "budget": {"epochs": 1},
+    }
+    assert parse_job_spec({**search, "project": "alpha"}).project == "alpha"
+    with pytest.raises(ValidationError) as refused:
+        parse_job_spec({**search, "base": {**base, "project": "alpha"}})
+    assert "base.project" in str(refused.value)
+    with pytest.raises(ValidationError):
+        parse_job_spec(digits_spec(project="Not A Slug"))
