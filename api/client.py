@@ -49,6 +49,7 @@ from api.schemas import (
     parse_job_spec,
 )
 from api.schemas.eventlog import DeliveryList, EventList, EventPublic, WebhookPublic
+from api.tenancy_client import TenancyClient
 
 DOWNLOAD_PIECE = 1 << 20  # bytes of a download written at a time
 
@@ -69,7 +70,7 @@ def raise_for_error(r: httpx.Response) -> httpx.Response:
     raise err
 
 
-class Client:
+class Client(TenancyClient):
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
@@ -113,16 +114,21 @@ class Client:
         return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers=headers).json()))
 
     def upload_code(
-        self, directory: str | Path, excludes: list[str] | None = None, progress: Progress | None = None
+        self,
+        directory: str | Path,
+        excludes: list[str] | None = None,
+        progress: Progress | None = None,
+        project: str | None = None,
     ) -> CodeUpload:
         """Package ``directory`` (deterministic zip, .gitignore-style ``excludes`` and the
         default ones) and upload it unless the server has it; ``progress(phase, done,
         total)`` sees the files packed and the bytes sent. The job spec names it as
-        ``code: <upload.ref>``."""
-        return upload_code(self, directory, excludes, progress)
+        ``code: <upload.ref>``; ``project`` holds it (None: the caller's default project)."""
+        return upload_code(self, directory, excludes, progress, project)
 
-    def code_package(self, sha256: str) -> CodePackagePublic:
-        return CodePackagePublic.model_validate(self.request("GET", f"/v1/code/{sha256}").json())
+    def code_package(self, sha256: str, project: str | None = None) -> CodePackagePublic:
+        params = {"project": project} if project else {}
+        return CodePackagePublic.model_validate(self.request("GET", f"/v1/code/{sha256}", params=params).json())
 
     def job(self, job_id: str) -> "Job":
         return Job(self, JobPublic.model_validate(self.request("GET", f"/v1/jobs/{job_id}").json()))

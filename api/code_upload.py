@@ -56,19 +56,24 @@ class CodeUpload:
 
 
 def upload_code(
-    client: Client, directory: str | os.PathLike, excludes: list[str] | None = None, progress: Progress | None = None
+    client: Client,
+    directory: str | os.PathLike,
+    excludes: list[str] | None = None,
+    progress: Progress | None = None,
+    project: str | None = None,
 ) -> CodeUpload:
+    """``project``: the project that will hold the package (None: the caller's default)."""
     limits = CodeLimits.model_validate(client.request("GET", "/v1/code").json())
     package = build_package(
         directory, excludes, max_bytes=limits.max_bytes, max_files=limits.max_files, progress=progress
     )
     try:
-        return _send(client, package, progress)
+        return _send(client, package, progress, {"project": project} if project else {})
     finally:
         package.discard()
 
 
-def _send(client: Client, package: Package, progress: Progress | None) -> CodeUpload:
+def _send(client: Client, package: Package, progress: Progress | None, params: dict[str, str]) -> CodeUpload:
     path = f"/v1/code/{package.sha256}"
     facts = dict(
         sha256=package.sha256,
@@ -77,7 +82,7 @@ def _send(client: Client, package: Package, progress: Progress | None) -> CodeUp
         content_bytes=package.content_bytes,
         left_out=package.left_out,
     )
-    if client.http.head(path).status_code == 200:
+    if client.http.head(path, params=params).status_code == 200:
         return CodeUpload(**facts, status=200, sent_bytes=0)
 
     def pieces() -> Iterator[bytes]:
@@ -93,7 +98,7 @@ def _send(client: Client, package: Package, progress: Progress | None) -> CodeUp
     waited = 0.0
     while True:
         try:
-            r = client.request("PUT", path, content=pieces(), headers=headers, timeout=UPLOAD_TIMEOUT)
+            r = client.request("PUT", path, content=pieces(), headers=headers, params=params, timeout=UPLOAD_TIMEOUT)
         except Busy as exc:
             # The server takes a bounded number of uploads at once and says when to come back.
             if exc.code != "too_many_uploads" or waited >= BUSY_WAIT_S:
@@ -115,7 +120,8 @@ def with_uploaded_code(
         return spec, None
     directory = Path(base_dir or ".") / Path(train.working_dir).expanduser()
     excludes = (train.runtime_env or {}).get("excludes")
-    upload = upload_code(client, directory, excludes if isinstance(excludes, list) else None, progress)
+    excludes = excludes if isinstance(excludes, list) else None
+    upload = upload_code(client, directory, excludes, progress, project=spec.project)  # held where the job goes
     spec = spec.model_copy(deep=True)
     train = code_spec(spec)
     train.working_dir, train.code = None, upload.ref

@@ -90,6 +90,23 @@ class CodeTooLarge(InvalidSpec):
     status, code = 413, "code_too_large"
 
 
+class Forbidden(RaydockError):
+    """The caller is known but may not do this (a server admin's route, a viewer's write)."""
+
+    status, code = 403, "forbidden"
+
+
+def project_not_found(project: str) -> NotFound:
+    """A project that does not exist and one the caller may not use read the same."""
+    return NotFound(
+        f"No project {project!r} you may use. GET /v1/me lists your projects and roles.", code="project_not_found"
+    )
+
+
+def admin_only(what: str) -> Forbidden:
+    return Forbidden(f"{what} is for server admins. Ask one to do it (raydock user|project ...).", code="admin_only")
+
+
 _BY_CODE: dict[str, type[RaydockError]] = {
     c.code: c
     for c in (
@@ -101,11 +118,12 @@ _BY_CODE: dict[str, type[RaydockError]] = {
         ClusterUnavailable,
         CodeTooLarge,
         QuotaExceeded,
+        Forbidden,
     )
 }
 # A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
 _BY_STATUS: dict[int, type[RaydockError]] = {
-    c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable, Busy)
+    c.status: c for c in (InvalidSpec, NotFound, Conflict, Unauthorized, ClusterUnavailable, Busy, Forbidden)
 }
 
 

@@ -57,11 +57,13 @@ class JobReads:
         limit: int,
         offset: int = 0,
         cursor: str | None = None,
+        projects: list[str] | None = None,
     ) -> JobList:
-        """Newest first; ``cursor`` (a page's ``next``) continues after that page."""
+        """Newest first; ``cursor`` (a page's ``next``) continues after that page; only
+        jobs of ``projects`` (None: every project)."""
         with self.sessions() as s:
             rows, total, after = listing.page(
-                s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor
+                s, status=status, labels=labels, limit=limit, offset=offset, cursor=cursor, projects=projects
             )
             return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
@@ -89,6 +91,11 @@ class JobReads:
         """All stored log text from ``offset`` on, piece by piece."""
         self.get(job_id)
         return logs.stream(self.sessions, job_id, offset)
+
+    def project_of(self, job_id: str) -> str | None:
+        """The job's project; None for no such job."""
+        with self.sessions() as s:
+            return s.scalar(select(JobRow.project).where(JobRow.id == job_id))
 
     def is_terminal(self, job_id: str) -> bool:
         return self.get(job_id).status.is_terminal()

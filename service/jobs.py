@@ -26,6 +26,7 @@ from api.schemas import (
     code_spec,
 )
 from api.schemas.events import SUBMISSION_HEADER
+from api.schemas.tenancy import DEFAULT_PROJECT
 from service import admission, lifecycle, node_fit, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
@@ -68,7 +69,7 @@ class JobService(JobReads):
 
     # ------------------------------------------------------------------ submit
 
-    def validate(self, spec: JobSpec) -> None:
+    def validate(self, spec: JobSpec, project: str = DEFAULT_PROJECT) -> None:
         """Refuse at submit what can never run, so nothing is stored half-valid."""
         user_code.check_user_code(
             spec, self.settings
@@ -77,7 +78,7 @@ class JobService(JobReads):
         subscriptions.check_notify(spec.notify, self.settings)  # webhook URLs (service/eventlog/url_policy.py)
         train = code_spec(spec)
         if train.is_user_code and train.code:
-            self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [])
+            self.code.check_ref(train.code, train.entrypoint, ["base"] if spec.kind == "tune" else [], project)
         try:
             info, extra = self._capacity()
         except ClusterUnavailable:
@@ -103,14 +104,21 @@ class JobService(JobReads):
         return answer
 
     def submit(
-        self, spec: JobSpec, idempotency_key: str | None = None, *, actor: str = SYSTEM
+        self,
+        spec: JobSpec,
+        idempotency_key: str | None = None,
+        *,
+        actor: str = SYSTEM,
+        project: str = DEFAULT_PROJECT,
+        user_id: int | None = None,
     ) -> tuple[JobPublic, bool]:
-        """Record a job; returns it and whether it was created (False: the same
-        Idempotency-Key came with the same body before, and this is that job)."""
+        """Record a job in ``project`` (the caller may submit there: service/http/access.py);
+        returns it and whether it was created (False: the same Idempotency-Key came with
+        the same body to the same project before, and this is that job)."""
         digest = body_hash(spec) if idempotency_key else None  # only a key's retries are compared
-        if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
+        if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
             return existing, False
-        self.validate(spec)
+        self.validate(spec, project)
         now = utcnow()
         row = {
             "id": "j" + uuid.uuid4().hex[:11],
@@ -125,30 +133,38 @@ class JobService(JobReads):
             "idempotency_hash": digest,
             "created_at": now,
             "queued_at": now,
+            "project": project,
+            "user_id": user_id,
         }
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
-                quotas.check_queue_room(s, spec.project, self.settings.default_quota)  # 429 past max_queued
+                quotas.check_queue_room(s, project, self.settings.default_quota)  # 429 past max_queued
                 job = job_records.insert_job(s.connection(), row)
                 if (code := code_spec(spec).code) is not None:
                     self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
                 tracking.enrol(s, job.id, spec)
                 subscriptions.add_job_webhooks(s, job.id, spec.notify)
-                record(s, "submitted", job_id=job.id, actor=actor, name=spec.name, kind=spec.kind)
+                record(s, "submitted", job_id=job.id, actor=actor, name=spec.name, kind=spec.kind, project=project)
         except IntegrityError:
             # A concurrent POST with the same key won the race: answer with its job.
-            if idempotency_key and (existing := self._by_key(idempotency_key, digest)) is not None:
+            if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
                 return existing, False
             raise
         instruments.submitted(spec.kind)
         self.on_submit()
         return job, True
 
-    def _by_key(self, key: str, digest: str) -> JobPublic | None:
+    def _by_key(self, key: str, digest: str, project: str) -> JobPublic | None:
         with self.sessions() as s:
-            row = s.execute(select(JobRow.id, JobRow.idempotency_hash).where(JobRow.idempotency_key == key)).first()
+            q = select(JobRow.id, JobRow.idempotency_hash, JobRow.project).where(JobRow.idempotency_key == key)
+            row = s.execute(q).first()
         if row is None:
             return None
+        if row.project != project:  # keys are unique server-wide; another project's job is never named
+            raise Conflict(
+                f"Idempotency-Key {key!r} is taken on this server. Use a new key for a new job.",
+                code="idempotency_key_reused",
+            )
         if row.idempotency_hash is not None and row.idempotency_hash != digest:
             raise Conflict(
                 f"Idempotency-Key {key!r} was used for job {row.id} with a different body. "

@@ -35,7 +35,6 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
         "priority": getattr(spec, "priority", 0),
         "scheduling_timeout_s": spec.scheduling_timeout_s,
         "max_runtime_s": spec.max_runtime_s,
-        "project": spec.project,
     }
 
 

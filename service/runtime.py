@@ -15,6 +15,9 @@ from service.monitor import Monitor
 from service.retention import Policy, Retention
 from service.settings import Settings
 from service.telemetry import instruments
+from service.tenancy.bootstrap import bootstrap
+from service.tenancy.projects import Projects
+from service.tenancy.users import Users
 
 log = logging.getLogger("raydock")
 
@@ -27,6 +30,8 @@ class Runtime:
     head: LocalHead | None
     retention: Retention | None = None  # None: no retention policy set
     deliverer: Deliverer | None = None  # webhooks (service/eventlog/deliverer.py), on a thread of its own
+    users: Users | None = None  # users and their tokens (service/tenancy/)
+    projects: Projects | None = None
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -45,6 +50,7 @@ def build_runtime(settings: Settings) -> Runtime:
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
     sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+    bootstrap(sessions, settings.data_dir)  # the first start's admin and its token file
     service = JobService(
         settings,
         sessions,
@@ -65,4 +71,4 @@ def build_runtime(settings: Settings) -> Runtime:
     )
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
-    return Runtime(settings, service, monitor, head, retention, deliverer)
+    return Runtime(settings, service, monitor, head, retention, deliverer, Users(sessions), Projects(sessions))

@@ -52,7 +52,11 @@ SERVICE_ROOMS: dict[str, set[str]] = {
     "service.code": {"service.db", "service.storage", "service.settings", "service.eventlog"},  # code_uploaded
     "service.files": {"service.storage"},
     "service.eventlog": {"service.db", "service.settings"},
-    "service.tenancy": {"service.db", "service.settings"},
+    "service.tenancy": {
+        "service.db",
+        "service.settings",
+        "service.eventlog",
+    },  # user, token and project changes are audited
     # Counters are a leaf (instruments imports nothing of ours); the scrape-time gauges read the store.
     "service.telemetry": {"service.db"},
     "service.tracking": {

@@ -92,7 +92,7 @@ def test_a_jobs_transitions_arrive_once_in_order_signed_and_its_timeout_is_the_s
     assert (failed.actor, failed.data["cause"]) == ("system", "TIMEOUT")
     types = [e.type for e in job.events()]
     assert types[:2] == ["submitted", "admitted"] and "started" in types and types.count("status_changed") == 4
-    assert job.events()[0].actor == "api-token"
+    assert job.events()[0].actor == "admin"
     deliveries = hc.deliveries(hook.id).items
     assert {d.state for d in deliveries} == {"delivered"} and len(deliveries) == 4
 
@@ -104,13 +104,13 @@ def test_a_token_cancel_is_named_and_a_receiver_failing_twice_gets_the_third_try
     tries = receiver.wait_for("/flaky", lambda posts: len(posts) >= 4, timeout=30)
     submitted = [p for p in tries if p.event["type"] == "submitted"]
     assert len(submitted) == 3 and len({p.body for p in submitted}) == 1  # the same event, tried three times
-    assert tries[3].event["type"] == "cancelled" and tries[3].event["actor"] == "api-token"  # after it, in order
+    assert tries[3].event["type"] == "cancelled" and tries[3].event["actor"] == "admin"  # after it, in order
     [hook] = job.webhooks()
     by_event = {d.event_id: d for d in hc.deliveries(hook.id).items}
     first = by_event[submitted[0].event["id"]]
     assert (first.state, first.attempts, first.last_status) == ("delivered", 3, 200)
     cancel = [e for e in job.events() if e.type in ("cancelled", "status_changed")]
-    assert cancel and all(e.actor == "api-token" for e in cancel)
+    assert cancel and all(e.actor == "admin" for e in cancel)
 
     # The server's webhook got the submit too, signed with the operator's secret.
     ops = receiver.wait_for("/ops", lambda posts: any(p.event["job_id"] == job.id for p in posts), timeout=30)
@@ -120,7 +120,7 @@ def test_a_token_cancel_is_named_and_a_receiver_failing_twice_gets_the_third_try
 
     out = CliRunner().invoke(app, ["events", job.id, "--url", hooked.url, "--token", TOKEN])
     assert out.exit_code == 0, out.output
-    assert "submitted" in out.output and "cancelled" in out.output and "api-token" in out.output
+    assert "submitted" in out.output and "cancelled" in out.output and "admin" in out.output
 
     # /metrics counts the deliveries by outcome: the two 500s as retrying, then delivered.
     scraped = httpx.get(hooked.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text

@@ -26,6 +26,13 @@ EventType = Literal[
     "deleted",
     "code_uploaded",
     "retention_sweep",
+    "user_created",
+    "user_deleted",
+    "token_created",
+    "token_revoked",
+    "project_created",
+    "member_set",
+    "member_removed",
 ]
 EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 PAYLOAD_VERSION = 1

@@ -34,9 +34,10 @@ class JobCommon(Strict):
         default=None,
         description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
     )
-    project: ProjectName = Field(
-        default=DEFAULT_PROJECT,
-        description="The project the job runs in: its quota and fair share (see the README's quotas section).",
+    project: ProjectName | None = Field(
+        default=None,
+        description="The project the job runs in (its visibility, quota and fair share); leave out for the "
+        "caller's default project (GET /v1/me).",
     )
     priority: int = Field(
         default=0,

@@ -24,6 +24,7 @@ class JobPublic(BaseModel):
     failure_cause: FailureCause | None = Field(default=None, description="Set when FAILED.")
     error: str | None = Field(default=None, description="The error message and traceback tail when FAILED.")
     labels: dict[str, str] = Field(default_factory=dict)
+    project: str = Field(default="default", description="The project the job belongs to.")
     spec: dict[str, Any] = Field(description="The submitted spec with defaults filled in.")
     created_at: UtcDatetime
     started_at: UtcDatetime | None = None

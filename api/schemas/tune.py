@@ -196,6 +196,8 @@ class TuneSpec(JobCommon):
             problems.append(("base.schedule", BASE_SCHEDULE_PROBLEM))
         if self.base.tracking is not None:
             problems.append(("base.tracking", FIXED_FIELDS["tracking"]))
+        if self.base.project is not None:  # a trial cannot run in another project than its search
+            problems.append(("base.project", FIXED_FIELDS["project"]))
         if not self.search_space:
             return problems + [
                 (

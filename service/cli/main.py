@@ -25,6 +25,7 @@ from service.cli.listing import list_jobs
 from service.cli.quota import quota_app  # noqa: F401  (registers `raydock quota`)
 from service.cli.results import checkpoints, tensorboard, trials
 from service.cli.status import status
+from service.cli.tenancy import projects, tokens, users
 from service.cli.ui import ui
 from service.code.upload_view import UploadView, describe
 
@@ -248,6 +249,9 @@ app.command()(tensorboard)
 app.command()(trials)
 app.command()(ui)
 app.command()(gc)
+app.add_typer(users, name="user")
+app.add_typer(projects, name="project")
+app.add_typer(tokens, name="token")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ arrive; the hash of what arrived must be the name, and the zip must be safe to u
 (``check_zip``). Only then is it stored, at ``<storage>/_code/<sha256>.zip``, and
 recorded: a refused, broken or half-received upload leaves nothing behind.
 
+Packages are held per project (``code_refs``): the same bytes uploaded by two projects
+are two references to one stored file, and a project sees, probes and runs only the
+packages it holds (another project's reads as missing, so a hash cannot be probed).
+
 A job names its package as ``code: sha256:<hex>``; the submit records the reference in
 the job's transaction (``reference``), and Ray gets the package's URI as the job's
 ``working_dir``. A package that no job references is deleted ``RAYDOCK_CODE_RETENTION_S``
@@ -42,7 +46,8 @@ from api.errors import Busy, CodeTooLarge, Conflict, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
 from service.code.package_zip import check_zip
-from service.db.models import CodePackageRow, JobCodeRow, count, utcnow
+from service.db.models import CodePackageRow, JobCodeRow, JobRow, count, utcnow
+from service.db.tenancy_models import CodeRefRow
 from service.eventlog.log import SYSTEM, record
 from service.settings import Settings
 
@@ -90,13 +95,20 @@ class CodeStore:
 
     # ------------------------------------------------------------------ read
 
-    def get(self, sha256: str, *, check: bool = False) -> CodePackagePublic:
-        """The package's record; ``check``: only if its stored bytes still match its name."""
+    def get(self, sha256: str, project: str, *, check: bool = False) -> CodePackagePublic:
+        """The package's record as ``project`` holds it (its jobs only); ``check``: only if
+        its stored bytes still match its name."""
         with self.sessions() as s:
             row = s.get(CodePackageRow, sha256)
-            if row is None:
+            if row is None or s.get(CodeRefRow, (project, sha256)) is None:
                 raise _not_found(sha256)
-            public = _public(row, count(s, JobCodeRow, JobCodeRow.sha256 == sha256))
+            jobs = count(
+                s,
+                JobCodeRow,
+                JobCodeRow.sha256 == sha256,
+                JobCodeRow.job_id.in_(select(JobRow.id).where(JobRow.project == project)),
+            )
+            public = _public(row, jobs)
         if check and not self.verify(sha256):
             raise altered(sha256)
         return public
@@ -104,7 +116,7 @@ class CodeStore:
     # ------------------------------------------------------------------ upload
 
     async def receive(
-        self, sha256: str, declared: int | None, body: AsyncIterator[bytes], *, actor: str = SYSTEM
+        self, sha256: str, declared: int | None, body: AsyncIterator[bytes], project: str, *, actor: str = SYSTEM
     ) -> Stored:
         """Take an upload: counted and hashed as it arrives, checked, then stored."""
         cap = self.settings.code_max_bytes
@@ -118,15 +130,15 @@ class CodeStore:
             )
         self._uploads += 1  # on the event loop: no other receive runs between the test and this
         try:
-            return await self._receive(sha256, body, cap, actor)
+            return await self._receive(sha256, body, cap, project, actor)
         finally:
             self._uploads -= 1
 
-    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int, actor: str) -> Stored:
+    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int, project: str, actor: str) -> Stored:
         # The database, the zip check and the copy into storage run off the event loop:
         # a large package must not stall the server's other requests.
-        if (known := await asyncio.to_thread(self.touch, sha256)) is not None:
-            return Stored(known, created=False)  # nothing read: the bytes are known
+        if (known := await asyncio.to_thread(self.touch, sha256, project)) is not None:
+            return Stored(known, created=False)  # nothing read: the project holds these bytes
         self.incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=self.incoming, prefix=f"{sha256[:12]}-", suffix=".zip")
         try:
@@ -145,21 +157,21 @@ class CodeStore:
                     code="code_hash_mismatch",
                 )
             files, content = await asyncio.to_thread(check_zip, Path(tmp), self.settings)
-            return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content, actor)
+            return await asyncio.to_thread(self._store, sha256, Path(tmp), received, files, content, project, actor)
         finally:
             # Refused, cut off (the client went away mid-body) or stored: the temp file goes.
             Path(tmp).unlink(missing_ok=True)
 
-    def touch(self, sha256: str) -> CodePackagePublic | None:
-        """The package, with its retention restarted, if the server has it (row, and a file
-        whose bytes still hash to its name: one rewritten in storage counts as missing,
-        so the next upload of the real bytes replaces it)."""
+    def touch(self, sha256: str, project: str) -> CodePackagePublic | None:
+        """The package, with its retention restarted, if ``project`` holds it (a row, and a
+        file whose bytes still hash to its name: one rewritten in storage counts as
+        missing, so the next upload of the real bytes replaces it)."""
         with self.sessions.begin() as s:
             row = s.get(CodePackageRow, sha256)
-            if row is None or not self.verify(sha256):
+            if row is None or s.get(CodeRefRow, (project, sha256)) is None or not self.verify(sha256):
                 return None
             row.last_used_at = utcnow()
-        return self.get(sha256)
+        return self.get(sha256, project)
 
     def verify(self, sha256: str) -> bool:
         """Whether the stored package's bytes still hash to its name. Jobs can reach the
@@ -183,31 +195,41 @@ class CodeStore:
         log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
         return False
 
-    def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, actor: str) -> Stored:
+    def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, project: str, actor: str) -> Stored:
         with self._lock:
             storage.put_file(str(tmp), self.uri(sha256))
             try:
                 with self.sessions.begin() as s:
                     row = s.get(CodePackageRow, sha256)
-                    created = row is None
-                    if created:
+                    if row is None:
                         s.add(CodePackageRow(sha256=sha256, size_bytes=size, files=files, content_bytes=content))
-                        record(s, "code_uploaded", actor=actor, sha256=sha256, size_bytes=size, files=files)
                     else:
-                        row.last_used_at = utcnow()  # the file was missing: stored again
+                        row.last_used_at = utcnow()  # the file was missing, or another project holds it
+                    created = s.get(CodeRefRow, (project, sha256)) is None
+                    if created:
+                        s.add(CodeRefRow(project=project, sha256=sha256, created_at=utcnow()))
+                        record(
+                            s,
+                            "code_uploaded",
+                            actor=actor,
+                            sha256=sha256,
+                            size_bytes=size,
+                            files=files,
+                            project=project,
+                        )
             except IntegrityError:
                 created = False  # a concurrent upload of the same bytes recorded it first
-        return Stored(self.get(sha256), created)
+        return Stored(self.get(sha256, project), created)
 
     # ------------------------------------------------------------------ jobs
 
-    def check_ref(self, ref: str, entrypoint: str | None, loc: list) -> str:
-        """The sha256 of a spec's ``code`` reference, once the package is known and holds
-        the entrypoint's module; its retention restarts (the submit references it next)."""
+    def check_ref(self, ref: str, entrypoint: str | None, loc: list, project: str) -> str:
+        """The sha256 of a spec's ``code`` reference, once ``project`` holds the package and
+        it holds the entrypoint's module; its retention restarts (the submit references it next)."""
         sha256 = ref.removeprefix(CODE_REF_PREFIX)
-        if self.touch(sha256) is None:
+        if self.touch(sha256, project) is None:
             raise InvalidSpec(
-                f"code {ref} is not on this server: upload the package first (PUT /v1/code/{sha256}; "
+                f"code {ref} is not in project {project!r} on this server: upload the package first (PUT /v1/code/{sha256}; "
                 "`raydock submit` and Client.submit do it for a spec with a working_dir).",
                 code="code_package_not_found",
                 details=[{"loc": loc + ["code"], "msg": "unknown package"}],
@@ -268,6 +290,8 @@ class CodeStore:
                         ),
                         execution_options={"synchronize_session": False},
                     ).rowcount
+                    if deleted:
+                        s.execute(delete(CodeRefRow).where(CodeRefRow.sha256 == sha256))
                 if deleted:
                     storage.delete_file(self.uri(sha256))
                     gone.append(sha256)

@@ -24,6 +24,7 @@ from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
 BY_ID = select(*_JOBS.c).where(_JOBS.c.id == bindparam("job_id"))
+PROJECT_BY_ID = select(_JOBS.c.project).where(_JOBS.c.id == bindparam("job_id"))
 
 
 def to_public(job: Any) -> JobPublic:
@@ -38,6 +39,7 @@ def to_public(job: Any) -> JobPublic:
         failure_cause=FailureCause(job.failure_cause) if failed and job.failure_cause else None,
         error=job.error if failed else None,
         labels=job.labels or {},
+        project=job.project,
         spec=job.spec,
         created_at=job.created_at,
         started_at=job.started_at,
@@ -52,7 +54,6 @@ def to_public(job: Any) -> JobPublic:
         last_dropped_reason=job.last_dropped_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
         restarts_total=max(job.restarts_total or 0, len(job.restarts or [])),
-        project=job.project or "default",
         borrowed=bool(job.borrowed),
         usage=JobUsage(cpu_seconds=job.cpu_seconds or 0.0, gpu_seconds=job.gpu_seconds or 0.0),
     )
@@ -79,8 +80,16 @@ def read(conn: Connection, job_id: str) -> JobPublic | None:
 
 def read_pooled(engine: Engine, job_id: str) -> JobPublic | None:
     """The read from any thread, on a connection of the engine's pool."""
+    return _pooled(engine, read, job_id)
+
+
+def _pooled(engine: Engine, fn, job_id: str):
     with engine.connect() as conn:
-        return read(conn, job_id)
+        return fn(conn, job_id)
+
+
+def _project(conn: Connection, job_id: str) -> str | None:
+    return conn.execute(PROJECT_BY_ID, {"job_id": job_id}).scalar()
 
 
 class LoopReads:
@@ -92,12 +101,19 @@ class LoopReads:
         self._conn: Connection | None = None
 
     async def job(self, job_id: str) -> JobPublic | None:
+        return await self._run(read, job_id)
+
+    async def project(self, job_id: str) -> str | None:
+        """The job's project (who may see it); None for no such job."""
+        return await self._run(_project, job_id)
+
+    async def _run(self, fn, job_id: str):
         if not self.on_loop:
-            return await to_thread.run_sync(read_pooled, self.engine, job_id)
+            return await to_thread.run_sync(_pooled, self.engine, fn, job_id)
         if self._conn is None:
             self._conn = self.engine.connect()
         try:
-            return read(self._conn, job_id)
+            return fn(self._conn, job_id)
         except BaseException:
             self.close()  # the next read starts on a fresh connection
             raise

@@ -45,9 +45,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return (created_at if created_at.tzinfo else created_at.replace(tzinfo=timezone.utc)), job_id
 
 
-def filtered(query: Select, status: JobStatus | None, labels: dict[str, str]) -> Select:
+def filtered(
+    query: Select, status: JobStatus | None, labels: dict[str, str], projects: list[str] | None = None
+) -> Select:
     """``query`` restricted to jobs in ``status`` carrying every ``key=value`` of ``labels``
-    (a job matches a label when it has that key with exactly that value)."""
+    (a job matches a label when it has that key with exactly that value), in one of
+    ``projects`` (None: any project)."""
+    if projects is not None:
+        query = query.where(JobRow.project.in_(projects))
     if status is not None:
         query = query.where(JobRow.status == status.value)
     for key, value in labels.items():
@@ -64,6 +69,7 @@ def page(
     limit: int,
     offset: int = 0,
     cursor: str | None = None,
+    projects: list[str] | None = None,
 ) -> tuple[list[JobRow], int, str | None]:
     """One page of jobs (newest first), how many match in all, and the cursor of the
     next page (None on the last). With a label filter the page is read from the label
@@ -78,7 +84,7 @@ def page(
             select(func.count()).select_from(JobLabelRow).join(JobRow, first),
         )
         newest_first, labels = (JobLabelRow.created_at, JobLabelRow.job_id), dict(rest)
-    rows_q, count_q = filtered(rows_q, status, labels), filtered(count_q, status, labels)
+    rows_q, count_q = filtered(rows_q, status, labels, projects), filtered(count_q, status, labels, projects)
     if cursor:
         rows_q = rows_q.where(tuple_(*newest_first) < tuple_(*decode_cursor(cursor)))
     rows = list(s.scalars(rows_q.order_by(*(c.desc() for c in newest_first)).offset(offset).limit(limit + 1)))

@@ -120,6 +120,7 @@ class JobRow(Base):
     gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     usage_as_of: Mapped[datetime | None]
     preempt_deadline: Mapped[datetime | None]
+    user_id: Mapped[int | None] = mapped_column(Integer)  # who submitted it; NULL for jobs older than users
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)

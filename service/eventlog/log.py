@@ -57,10 +57,19 @@ def public(row: EventLogRow) -> EventPublic:
 
 
 def page(
-    session: Session, *, job_id: str | None = None, type: str | None = None, since: int = 0, limit: int = 100
+    session: Session,
+    *,
+    job_id: str | None = None,
+    type: str | None = None,
+    since: int = 0,
+    limit: int = 100,
+    projects: list[str] | None = None,
 ) -> EventList:
-    """Events with id > ``since``, oldest first; ``next`` is the cursor of the next page."""
+    """Events with id > ``since``, oldest first; ``next`` is the cursor of the next page.
+    ``projects``: only events of jobs (still stored) in those projects; None: every event."""
     q = select(EventLogRow).where(EventLogRow.id > since)
+    if projects is not None:
+        q = q.where(EventLogRow.job_id.in_(select(JobRow.id).where(JobRow.project.in_(projects))))
     if job_id is not None:
         q = q.where(EventLogRow.job_id == job_id)
     if type is not None:

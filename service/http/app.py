@@ -23,7 +23,8 @@ from api.errors import InvalidSpec, RaydockError
 from api.schemas import JobStatus
 from service.dashboard import pages
 from service.db.models import JobRow
-from service.http.deps import require_token
+from service.http.auth import Authenticator
+from service.http.deps import bearer_scheme, current_caller
 from service.http.downloads import DownloadGate
 from service.http.guards import RequestGuard, allowed_hosts
 from service.http.openapi import errors, errors_as_json
@@ -38,8 +39,10 @@ from service.http.routes import (
     metrics,
     projects,
     prometheus,
+    quotas,
     tracking,
     trials,
+    users,
     worker_groups,
 )
 from service.http.streams import StreamCap
@@ -73,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         own_limit_prefixes=("/v1/code/",),
         token=settings.api_token,
         open_docs=settings.open_docs,
+        auth=Authenticator(settings.api_token, lambda: app.state.runtime),
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
     app.add_exception_handler(RaydockError, raydock_error)
@@ -80,8 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, internal_error)
 
-    auth = [Depends(require_token)] if settings.api_token else []
-    v1 = APIRouter(prefix="/v1", dependencies=auth, responses=errors(401) if auth else {})
+    # Who calls is decided by the guard (service/http/auth.py), before any route runs.
+    auth = [Depends(bearer_scheme)] if settings.api_token else []
+    v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(current_caller)], responses=errors(401))
     for module in V1_ROUTES:
         v1.include_router(module.router)
     app.include_router(cluster.health_router)
@@ -96,7 +101,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking, eventlog, projects)
+V1_ROUTES = (
+    jobs,
+    metrics,
+    logs,
+    checkpoints,
+    trials,
+    worker_groups,
+    cluster,
+    code,
+    tracking,
+    eventlog,
+    users,
+    projects,
+    quotas,
+)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:

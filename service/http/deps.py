@@ -1,6 +1,8 @@
 """The one way routes reach the server: ``Annotated`` dependencies for the job service,
-the trial reads, the store and the API token, and the bounded path and query parameters
-every route shares. Routes never touch ``request.app.state`` themselves.
+the trial reads, the store, users and projects, the caller (``CurrentCaller``, decided by
+the request guard) and the job ids it may read (``JobId``) or change (``WritableJobId``),
+and the bounded path and query parameters every route shares. Routes never touch
+``request.app.state`` themselves.
 
 Dependencies that only look something up (or compare a token) are ``async def``: FastAPI
 runs a plain ``def`` dependency in a worker thread, and that hop costs more than the
@@ -8,21 +10,24 @@ lookup. One that reads the database (``existing_job``) stays a ``def``."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import Unauthorized
+from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
 from service.events.trials import TrialService
+from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate
 from service.jobs import JobService
 from service.settings import Settings
+from service.tenancy.caller import Caller
+from service.tenancy.projects import Projects
+from service.tenancy.users import Users
 
 # Ids raydock hands out (jobs "j" + hex, Ray Tune trial ids) fit this; anything else cannot exist.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -52,14 +57,24 @@ async def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmak
     return jobs.sessions
 
 
+async def users(request: Request) -> Users:
+    return request.app.state.runtime.users
+
+
+async def projects(request: Request) -> Projects:
+    return request.app.state.runtime.projects
+
+
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobService, Depends(job_service)]
 Downloads = Annotated[DownloadGate, Depends(download_gate)]
 Code = Annotated[CodeStore, Depends(code_store)]
 Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]
+UsersDep = Annotated[Users, Depends(users)]
+ProjectsDep = Annotated[Projects, Depends(projects)]
 
-JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
+JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[
     str, Path(pattern=ID_PATTERN, description="The trial id (as listed by GET /v1/jobs/{job_id}/trials).")
 ]
@@ -76,6 +91,67 @@ Cursor = Annotated[
 ]
 
 
+_bearer = HTTPBearer(
+    auto_error=False, description="`Authorization: Bearer <token>`: a user token (`rdk_...`) or RAYDOCK_API_TOKEN."
+)
+
+
+async def bearer_scheme(_: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """Names the bearer scheme in the OpenAPI document; mounted on /v1 when RAYDOCK_API_TOKEN
+    is set (local mode documents none: a request there may carry no token). The guard has
+    checked the token already."""
+
+
+async def current_caller(request: Request) -> Caller:
+    """Who is calling: decided by the request guard before the route (service/http/auth.py)."""
+    caller = getattr(request.state, "caller", None)
+    if caller is None:
+        raise Unauthorized(UNAUTHORIZED)
+    return caller
+
+
+CurrentCaller = Annotated[Caller, Depends(current_caller)]
+
+
+async def actor(caller: CurrentCaller) -> str:
+    """Who is calling, as the event log names them: the user's name (``admin`` for the
+    holder of RAYDOCK_API_TOKEN and for local mode)."""
+    return caller.name
+
+
+Actor = Annotated[str, Depends(actor)]
+
+
+async def readable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> str:
+    """The job id, once the caller may read the job: a job of another project answers
+    exactly as a missing one (404 ``job_not_found``). A server admin reads every job
+    (the route answers 404 for a missing one, as before)."""
+    if caller.admin:
+        return job_id
+    project = await jobs.reads.project(job_id)
+    if project is None or not caller.can_read(project):
+        raise job_not_found(job_id)
+    return job_id
+
+
+async def writable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> str:
+    """The job id, once the caller may control the job (a member or project admin);
+    a viewer of its project, who sees the job anyway, gets 403 ``forbidden_role``."""
+    job_id = await readable_job(jobs, caller, job_id)
+    if not caller.admin:
+        project = await jobs.reads.project(job_id)
+        if not caller.can_write(project):
+            raise Forbidden(
+                f"You are a viewer in project {project!r}: you may read its jobs, not change them.",
+                code="forbidden_role",
+            )
+    return job_id
+
+
+JobId = Annotated[str, Depends(readable_job)]
+WritableJobId = Annotated[str, Depends(writable_job)]
+
+
 def existing_job(jobs: Jobs, job_id: JobId) -> str:
     """The job id, once the job is known to exist: a streaming route must answer 404
     before its stream opens, since its body runs only after the 200 is sent."""
@@ -86,44 +162,11 @@ def existing_job(jobs: Jobs, job_id: JobId) -> str:
 ExistingJobId = Annotated[str, Depends(existing_job)]
 
 
-async def actor(settings: AppSettings) -> str:
-    """Who is calling, as the event log names them: the holder of RAYDOCK_API_TOKEN
-    (checked before any route runs), or a caller on loopback when no token is set."""
-    return "api-token" if settings.api_token else "loopback"
-
-
-Actor = Annotated[str, Depends(actor)]
-
-
-async def quota_admin(who: Actor) -> str:
-    """Who may set quotas: for now every caller the API lets in (the API token's holder);
-    the one place a server-admin check goes once users and roles exist."""
-    return who
+async def quota_admin(caller: CurrentCaller) -> str:
+    """Who may set quotas: a server admin (403 admin_only for anyone else)."""
+    if not caller.admin:
+        raise admin_only("Setting a project's quota")
+    return caller.name
 
 
 QuotaAdmin = Annotated[str, Depends(quota_admin)]
-
-_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <RAYDOCK_API_TOKEN>`.")
-
-
-def token_matches(token: str | None, expected: str | None) -> bool:
-    """Constant-time token check that refuses (instead of raising on) non-ASCII input."""
-    if not token or not expected or not token.isascii():
-        return False
-    return secrets.compare_digest(token.encode(), expected.encode())
-
-
-async def require_token(
-    settings: AppSettings, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    """The API token check, mounted on /v1 only when RAYDOCK_API_TOKEN is set (so the
-    OpenAPI document names the bearer scheme exactly when the server asks for it)."""
-    if credentials is None or not token_matches(credentials.credentials.strip(), settings.api_token):
-        raise Unauthorized("Missing or wrong API token. Send 'Authorization: Bearer <RAYDOCK_API_TOKEN>'.")
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header; None for anything else."""
-    scheme, _, token = (authorization or "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token and token.isascii() else None

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import RaydockError, Unauthorized
-from service.http.deps import bearer_token, token_matches
+from service.http.auth import UNAUTHORIZED, Authenticator, bearer_token, token_matches
 from service.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
@@ -26,7 +26,7 @@ EVENTS_PREFIX = "/v1/internal/"  # the events channel: each job's own events tok
 
 
 def wrong_token() -> Unauthorized:
-    return Unauthorized("Missing or wrong API token. Send 'Authorization: Bearer <RAYDOCK_API_TOKEN>'.")
+    return Unauthorized(UNAUTHORIZED)
 
 
 def is_loopback_peer(client: tuple[str, int] | None) -> bool:
@@ -91,16 +91,19 @@ class RequestGuard:
         own_limit_prefixes: tuple[str, ...] = (),
         token: str | None = None,
         open_docs: bool = False,
+        auth: Authenticator | None = None,
     ) -> None:
         self.app, self.hosts, self.limit, self.own_limit = app, hosts, max_body_bytes, own_limit_prefixes
-        self.token, self.open_docs = token, open_docs
+        self.token, self.open_docs, self.auth = token, open_docs, auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         limited = not (self.own_limit and scope["path"].startswith(self.own_limit))
         headers = Headers(scope=scope)
-        refusal = self._peer_refusal(scope, headers) or self._refusal(headers, limited)
+        refusal = (
+            self._peer_refusal(scope, headers) or await self._who(scope, headers) or self._refusal(headers, limited)
+        )
         if refusal is not None:
             return await JSONResponse(refusal.to_body(), status_code=refusal.status)(scope, receive, send)
         if not limited:
@@ -145,11 +148,21 @@ class RequestGuard:
                 code="peer_not_allowed",
                 status=403,
             )
-        if not (path.startswith("/v1/") or path == "/v1" or (path in DOC_PATHS and not self.open_docs)):
+        if path in DOC_PATHS and not self.open_docs:  # the API's description: RAYDOCK_API_TOKEN's holder
+            return None if token_matches(bearer_token(headers.get("authorization")), self.token) else wrong_token()
+        return None
+
+    async def _who(self, scope: Scope, headers: Headers) -> RaydockError | None:
+        """The caller of a /v1 request (``service/http/auth.py``), kept in the request's
+        state for the routes; a refusal when the request says nobody it may act as."""
+        path = scope["path"]
+        if self.auth is None or path.startswith(EVENTS_PREFIX) or not (path.startswith("/v1/") or path == "/v1"):
             return None
-        if token_matches(bearer_token(headers.get("authorization")), self.token):
-            return None
-        return wrong_token()
+        caller = await self.auth.caller(headers.get("authorization"))
+        if isinstance(caller, RaydockError):
+            return caller
+        scope.setdefault("state", {})["caller"] = caller
+        return None
 
     def _refusal(self, headers: Headers, limited: bool = True) -> RaydockError | None:
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:

@@ -14,7 +14,8 @@ ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
 
 DESCRIPTIONS = {
     400: "The request could not be read (Host not allowed, malformed body or headers).",
-    401: "Missing or wrong API token.",
+    401: "Missing, wrong, revoked or expired API token (a user token or RAYDOCK_API_TOKEN).",
+    403: "The caller may not do this: a server admin's route, or a change by a viewer of the project.",
     404: "No such job (or checkpoint, or trial).",
     409: "The job is not in a status (or of a kind) that allows this.",
     413: "The request body is over the server's limit (RAYDOCK_MAX_REQUEST_BYTES).",

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from api.errors import RaydockError
 from api.schemas import SHA256_RE, CodeLimits, CodePackagePublic, ErrorResponse
-from service.http.deps import Actor, Code
+from api.schemas.tenancy import PROJECT_RE
+from service.http.access import read_project, write_project
+from service.http.deps import Code, CurrentCaller, ProjectsDep
 from service.http.openapi import errors
 
 router = APIRouter(tags=["code"])
@@ -20,6 +23,14 @@ Sha256 = Annotated[
     str,
     Path(
         pattern=SHA256_RE, min_length=64, max_length=64, description="The sha256 of the zip, 64 lowercase hex digits."
+    ),
+]
+ProjectQuery = Annotated[
+    str | None,
+    Query(
+        pattern=PROJECT_RE,
+        max_length=63,
+        description="The project that holds the package; leave out for your default project (GET /v1/me).",
     ),
 ]
 ZIP_BODY = {
@@ -46,7 +57,7 @@ def code_limits(code: Code) -> CodeLimits:
     responses={
         201: {"description": "Stored."},
         200: {"model": CodePackagePublic, "description": "The server had these bytes already; nothing was read."},
-        **errors(413, 422),
+        **errors(404, 413, 422),
         429: {
             "model": ErrorResponse,
             "description": "More uploads at once than the server takes (RAYDOCK_MAX_CONCURRENT_UPLOADS); "
@@ -54,13 +65,24 @@ def code_limits(code: Code) -> CodeLimits:
         },
     },
 )
-async def put_code(code: Code, sha256: Sha256, request: Request, response: Response, actor: Actor) -> CodePackagePublic:
-    """Upload a package. Its sha256 must be the name; it is checked (caps, no links, no
-    path out of the package, sizes that hold when unpacked) before anything is stored."""
+async def put_code(
+    code: Code,
+    sha256: Sha256,
+    request: Request,
+    response: Response,
+    caller: CurrentCaller,
+    projects: ProjectsDep,
+    project: ProjectQuery = None,
+) -> CodePackagePublic:
+    """Upload a package to a project. Its sha256 must be the name; it is checked (caps, no
+    links, no path out of the package, sizes that hold when unpacked) before anything is
+    stored. Bytes another project holds are still uploaded: a project never learns what
+    another one holds."""
     length = request.headers.get("content-length")
+    into = await run_in_threadpool(write_project, caller, project, projects)
     try:
         declared = int(length) if length and length.isdigit() else None
-        stored = await code.receive(sha256, declared, request.stream(), actor=actor)
+        stored = await code.receive(sha256, declared, request.stream(), into, actor=caller.name)
     except ClientDisconnect:  # the client went away mid-body; nothing was stored
         raise RaydockError(
             "The upload was cut off before its end; nothing was stored. Upload again.",
@@ -75,10 +97,13 @@ async def put_code(code: Code, sha256: Sha256, request: Request, response: Respo
 @router.get(
     "/code/{sha256}", response_model=CodePackagePublic, operation_id="get_code", responses=errors(404, 409, 422)
 )
-def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
-    """A stored package: sizes, when it was last used, how many jobs reference it (409
-    ``code_package_altered`` when its stored bytes no longer hash to its name)."""
-    return code.get(sha256, check=True)
+def get_code(
+    code: Code, sha256: Sha256, caller: CurrentCaller, projects: ProjectsDep, project: ProjectQuery = None
+) -> CodePackagePublic:
+    """A package the project holds: sizes, when it was last used, how many of the
+    project's jobs reference it (409 ``code_package_altered`` when its stored bytes no
+    longer hash to its name)."""
+    return code.get(sha256, read_project(caller, project, projects), check=True)
 
 
 @router.head(
@@ -86,7 +111,10 @@ def get_code(code: Code, sha256: Sha256) -> CodePackagePublic:
     operation_id="head_code",
     responses={200: {"description": "Stored."}, 404: {"description": "Not stored."}},
 )
-def head_code(code: Code, sha256: Sha256) -> Response:
-    """200 when the server has the package (its retention restarts), 404 when it must be uploaded."""
+def head_code(
+    code: Code, sha256: Sha256, caller: CurrentCaller, projects: ProjectsDep, project: ProjectQuery = None
+) -> Response:
+    """200 when the project holds the package (its retention restarts), 404 when it must be uploaded."""
     # No body, as for any HEAD; the type says what a GET would answer.
-    return Response(status_code=404 if code.touch(sha256) is None else 200, media_type="application/json")
+    held = code.touch(sha256, read_project(caller, project, projects))
+    return Response(status_code=404 if held is None else 200, media_type="application/json")

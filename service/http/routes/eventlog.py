@@ -14,8 +14,9 @@ from api.schemas.eventlog import DeliveryList, EventList, EventType, WebhookPubl
 from service.db.models import JobRow
 from service.eventlog import deliveries, subscriptions
 from service.eventlog import log as eventlog
-from service.http.deps import ID_PATTERN, AppSettings, JobId, Store
+from service.http.deps import ID_PATTERN, AppSettings, CurrentCaller, JobId, Jobs, Store
 from service.http.openapi import errors
+from service.http.visibility import subscription_visible
 
 router = APIRouter(tags=["events"])
 
@@ -34,15 +35,17 @@ SubscriptionId = Annotated[
 @router.get("/events", response_model=EventList, operation_id="list_events", responses=errors(422))
 def list_events(
     store: Store,
+    caller: CurrentCaller,
     job: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this job's events.")] = None,
     type: TypeFilter = None,
     since: SinceId = 0,
     limit: Limit = 100,
 ) -> EventList:
     """The event log, oldest first from `since`: what happened to each job and to the
-    server, and who did it. Page on with each page's `next` as `since`."""
+    server, and who did it; a user who is no server admin sees the events of their
+    projects' jobs. Page on with each page's `next` as `since`."""
     with store() as s:
-        return eventlog.page(s, job_id=job, type=type, since=since, limit=limit)
+        return eventlog.page(s, job_id=job, type=type, since=since, limit=limit, projects=caller.projects)
 
 
 @router.get(
@@ -87,10 +90,14 @@ def list_webhooks(settings: AppSettings) -> list[WebhookPublic]:
 )
 def list_deliveries(
     store: Store,
+    jobs: Jobs,
+    caller: CurrentCaller,
     subscription: SubscriptionId,
     before: Annotated[int | None, Query(ge=1, le=INT64_MAX, description="A page's `next`: older deliveries.")] = None,
     limit: Limit = 100,
 ) -> DeliveryList:
     """A subscription's deliveries, newest first: state, tries, the receiver's last answer."""
+    if not subscription_visible(jobs, subscription, caller):
+        return DeliveryList(subscription=subscription, items=[])  # as for a subscription with no deliveries
     with store() as s:
         return deliveries.page(s, subscription, before=before, limit=limit)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Body, Header, Response
 from pydantic import Field
 
 from api.schemas.events import SUBMISSION_HEADER
-from service.http.deps import JobId, Jobs, bearer_token
+from service.http.deps import JobIdPath, Jobs, bearer_token
 
 router = APIRouter()
 MAX_BATCH = 1000  # events in one post (the body is bounded by RAYDOCK_MAX_REQUEST_BYTES too)
@@ -25,7 +25,7 @@ Events = dict[str, Any] | Annotated[list[dict[str, Any]], Field(max_length=MAX_B
 @router.post("/jobs/{job_id}/events", status_code=204, include_in_schema=False)
 def push_events(
     jobs: Jobs,
-    job_id: JobId,
+    job_id: JobIdPath,
     events: Annotated[Events, Body()],
     authorization: Annotated[str | None, Header()] = None,
     submission_id: Annotated[str | None, Header(alias=SUBMISSION_HEADER, max_length=200)] = None,

@@ -10,8 +10,10 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from api.schemas import MAX_LABELS, CancelJobs, CancelledJobs, JobList, JobPublic, JobSpec, JobStatus
-from service.http.deps import Actor, Cursor, JobId, Jobs, Offset
+from service.http.access import write_project
+from service.http.deps import Actor, CurrentCaller, Cursor, JobId, Jobs, Offset, ProjectsDep, WritableJobId
 from service.http.openapi import errors, job_response
+from service.http.visibility import cancel_visible
 
 router = APIRouter(tags=["jobs"])
 
@@ -51,12 +53,13 @@ SPEC_EXAMPLES = {
     responses={
         202: job_response("The job is recorded and QUEUED; it starts on the cluster as soon as it fits."),
         200: {"model": JobPublic, **job_response("A submit with this Idempotency-Key was seen before: its job.")},
-        **errors(409, 422, 429, 503),
+        **errors(404, 409, 422, 429, 503),
     },
 )
 async def submit_job(
     jobs: Jobs,
-    actor: Actor,
+    caller: CurrentCaller,
+    projects: ProjectsDep,
     spec: Annotated[JobSpec, Body(openapi_examples=SPEC_EXAMPLES)],
     response: Response,
     idempotency_key: Annotated[
@@ -64,10 +67,14 @@ async def submit_job(
         Header(max_length=200, description="Retries with the same key return the same job instead of a new one."),
     ] = None,
 ) -> JobPublic:
-    """Record a job and queue it; it starts on the cluster as soon as it fits."""
-    job, created = await run_in_threadpool(
-        jobs.submit, spec, idempotency_key, actor=actor
-    )  # a write: off the event loop
+    """Record a job in its project (the spec's `project`, else the caller's default) and
+    queue it; it starts on the cluster as soon as it fits."""
+
+    def submit() -> tuple[JobPublic, bool]:  # writes: off the event loop
+        project = write_project(caller, spec.project, projects)
+        return jobs.submit(spec, idempotency_key, actor=caller.name, project=project, user_id=caller.user_id)
+
+    job, created = await run_in_threadpool(submit)
     if not created:
         response.status_code = 200
     return job
@@ -76,6 +83,7 @@ async def submit_job(
 @router.get("/jobs", response_model=JobList, operation_id="list_jobs", responses=errors(422))
 def list_jobs(
     jobs: Jobs,
+    caller: CurrentCaller,
     status: JobStatus | None = None,
     label: Annotated[
         list[LabelFilter], Query(max_length=MAX_LABELS, description="key=value; repeat to require several")
@@ -84,9 +92,10 @@ def list_jobs(
     offset: Offset = 0,
     cursor: Cursor = None,
 ) -> JobList:
-    """Jobs, newest first. Page with `cursor` (each page's `next`): the same cost at any depth."""
+    """The jobs of the caller's projects, newest first. Page with `cursor` (each page's
+    `next`): the same cost at any depth."""
     labels = dict(item.split("=", 1) for item in label)
-    return jobs.list(status=status, labels=labels, limit=limit, offset=offset, cursor=cursor)
+    return jobs.list(status=status, labels=labels, limit=limit, offset=offset, cursor=cursor, projects=caller.projects)
 
 
 @router.get(
@@ -100,29 +109,29 @@ async def get_job(jobs: Jobs, job_id: JobId) -> JobPublic:
 
 
 @router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
-def cancel_jobs(jobs: Jobs, body: CancelJobs, actor: Actor) -> CancelledJobs:
+def cancel_jobs(jobs: Jobs, body: CancelJobs, caller: CurrentCaller) -> CancelledJobs:
     """Cancel many jobs at once (at most 1000): queued ones in one statement, started ones
-    each as by their own cancel; a job that is not found or already ended is listed in
-    `refused` with its code."""
-    return jobs.cancel_many(body.ids, actor=actor)
+    each as by their own cancel; a job that is not found (or not the caller's to cancel)
+    or already ended is listed in `refused` with its code."""
+    return cancel_visible(jobs, body.ids, caller)
 
 
 @router.post(
-    "/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(404, 409, 422)
+    "/jobs/{job_id}/cancel", response_model=JobPublic, operation_id="cancel_job", responses=errors(403, 404, 409, 422)
 )
-def cancel_job(jobs: Jobs, job_id: JobId, actor: Actor) -> JobPublic:
+def cancel_job(jobs: Jobs, job_id: WritableJobId, actor: Actor) -> JobPublic:
     return jobs.cancel(job_id, actor=actor)
 
 
 @router.post(
-    "/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(404, 409, 422)
+    "/jobs/{job_id}/resume", response_model=JobPublic, operation_id="resume_job", responses=errors(403, 404, 409, 422)
 )
-def resume_job(jobs: Jobs, job_id: JobId, actor: Actor) -> JobPublic:
+def resume_job(jobs: Jobs, job_id: WritableJobId, actor: Actor) -> JobPublic:
     """Start a new attempt of a FAILED or CANCELLED job from its last checkpoint."""
     return jobs.resume(job_id, actor=actor)
 
 
-@router.delete("/jobs/{job_id}", status_code=204, operation_id="delete_job", responses=errors(404, 409, 422))
-def delete_job(jobs: Jobs, job_id: JobId, actor: Actor) -> Response:
+@router.delete("/jobs/{job_id}", status_code=204, operation_id="delete_job", responses=errors(403, 404, 409, 422))
+def delete_job(jobs: Jobs, job_id: WritableJobId, actor: Actor) -> Response:
     jobs.delete(job_id, actor=actor)
     return Response(status_code=204)

@@ -1,51 +1,67 @@
-"""Routes of project quotas and usage accounting: set and read a project's quota, and
-the CPU- and GPU-seconds used by project over a time range."""
+"""Routes of projects and their members, and ``GET /v1/me``: who the caller is, with
+their projects and roles. Projects are the server admin's to create; a project's admins
+(and the server admin) set and remove its members."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Response
+from starlette.concurrency import run_in_threadpool
 
-from api.schemas import PROJECT_RE, QuotaPublic, QuotaSpec, UsagePublic
-from service.attempts import ACTIVE
-from service.db.models import aware
-from service.eventlog.log import record
-from service.http.deps import Actor, AppSettings, QuotaAdmin, Store
+from api.schemas.tenancy import PROJECT_RE, USER_RE, Me, MemberSet, ProjectCreate, ProjectPublic
+from service.http.deps import CurrentCaller, ProjectsDep
 from service.http.openapi import errors
-from service.tenancy import quotas, usage
 
 router = APIRouter(tags=["projects"])
 
-Project = Annotated[str, Path(pattern=PROJECT_RE, max_length=63, description="The project slug.")]
-Instant = Annotated[datetime | None, Query(description="ISO 8601 date-time (UTC when no offset is given).")]
-ProjectFilter = Annotated[str | None, Query(pattern=PROJECT_RE, max_length=63, description="Only this project.")]
+ProjectPath = Annotated[str, Path(pattern=PROJECT_RE, description="The project's name.")]
+UserPath = Annotated[str, Path(pattern=USER_RE, description="The user's name.")]
 
 
-@router.get("/projects/{project}/quota", response_model=QuotaPublic, operation_id="get_quota", responses=errors(422))
-def get_quota(project: Project, sessions: Store, settings: AppSettings) -> QuotaPublic:
-    with sessions() as s:
-        return quotas.public(s, project, ACTIVE, settings.default_quota, settings.fair_share_half_life_s)
+@router.get("/me", response_model=Me, operation_id="get_me")
+async def me(caller: CurrentCaller) -> Me:
+    """Who the token is: name, server admin or not, projects with roles, default project."""
+    return caller.me()
 
 
-@router.put("/projects/{project}/quota", response_model=QuotaPublic, operation_id="set_quota", responses=errors(422))
-def set_quota(
-    project: Project, body: QuotaSpec, sessions: Store, settings: AppSettings, actor: Actor, _admin: QuotaAdmin
-) -> QuotaPublic:
-    """Set a project's quota (the whole quota: a field left out is no limit, or a guarantee of 0)."""
-    with sessions.begin() as s:
-        quotas.set_quota(s, project, body)
-        record(s, "quota_set", actor=actor, project=project, **body.model_dump())
-    return get_quota(project, sessions, settings)
+@router.post(
+    "/projects",
+    status_code=201,
+    response_model=ProjectPublic,
+    operation_id="create_project",
+    responses=errors(403, 409, 422),
+)
+async def create_project(projects: ProjectsDep, caller: CurrentCaller, body: ProjectCreate) -> ProjectPublic:
+    """Create a project (server admin); add members with PUT /v1/projects/{name}/members/{user}."""
+    return await run_in_threadpool(projects.create, body.name, caller)
 
 
-@router.get("/usage", response_model=UsagePublic, operation_id="get_usage", responses=errors(422))
-def get_usage(
-    sessions: Store, since: Instant = None, until: Instant = None, project: ProjectFilter = None
-) -> UsagePublic:
-    """CPU- and GPU-seconds by project within [since, until] (each attempt in proportion to
-    its running time inside the range)."""
-    since, until = since and aware(since), until and aware(until)
-    with sessions() as s:
-        return usage.report(s, since, until, project)
+@router.get("/projects", response_model=list[ProjectPublic], operation_id="list_projects")
+async def list_projects(projects: ProjectsDep, caller: CurrentCaller) -> list[ProjectPublic]:
+    """The caller's projects (a server admin: all) with their members."""
+    return await run_in_threadpool(projects.list, caller)
+
+
+@router.put(
+    "/projects/{name}/members/{user}",
+    response_model=ProjectPublic,
+    operation_id="set_member",
+    responses=errors(403, 404, 409, 422),
+)
+async def set_member(
+    projects: ProjectsDep, caller: CurrentCaller, name: ProjectPath, user: UserPath, body: MemberSet
+) -> ProjectPublic:
+    """Add a user to the project, or change their role (a project admin or the server admin)."""
+    return await run_in_threadpool(projects.set_member, name, user, body.role, caller)
+
+
+@router.delete(
+    "/projects/{name}/members/{user}",
+    status_code=204,
+    operation_id="remove_member",
+    responses=errors(403, 404, 409, 422),
+)
+async def remove_member(projects: ProjectsDep, caller: CurrentCaller, name: ProjectPath, user: UserPath) -> Response:
+    await run_in_threadpool(projects.remove_member, name, user, caller)
+    return Response(status_code=204)

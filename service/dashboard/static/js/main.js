@@ -10,6 +10,21 @@ import { clusterPage } from "./cluster.js";
 
 const main = document.getElementById("main");
 const signout = document.getElementById("signout");
+const whoami = document.getElementById("whoami");
+let shownFor = null; // the token whose user the header names
+
+// "signed in as NAME", once per token (GET /v1/me); a failure leaves the header as it was.
+async function showWho() {
+  if (!auth.token || shownFor === auth.token) return;
+  shownFor = auth.token;
+  try {
+    const me = await get("/me");
+    whoami.textContent = `signed in as ${me.name}`;
+    whoami.hidden = false;
+  } catch {
+    shownFor = null;
+  }
+}
 
 
 function mark(nav) {
@@ -24,7 +39,9 @@ function page(nav, fn) {
   return async (ctx) => {
     mark(nav);
     signout.hidden = !auth.token;
+    if (!auth.token) whoami.hidden = true;
     if (auth.needsLogin()) return login();
+    showWho();
     try {
       await fn(main, ctx);
     } catch (err) {
@@ -69,7 +86,7 @@ function login(message = "") {
           auth.token = null;
           status.textContent =
             err instanceof AuthError
-              ? "That token was refused. Use the server's RAYDOCK_API_TOKEN exactly as set."
+              ? "That token was refused. Use your user token (raydock token create) or the server's RAYDOCK_API_TOKEN, exactly as given."
               : `Could not check the token: ${err.message}`;
           button.disabled = false;
           input.select();
@@ -81,7 +98,7 @@ function login(message = "") {
     h(
       "p",
       { class: "muted small", id: "login-help" },
-      "This server asks for its API token (RAYDOCK_API_TOKEN). It is kept in this tab's session storage only, " +
+      "This server asks who you are: your user token (rdk_…) or its RAYDOCK_API_TOKEN. It is kept in this tab's session storage only, " +
         "sent as a bearer header, and forgotten when the tab closes.",
     ),
     status,
@@ -99,6 +116,8 @@ function notFound(el) {
 
 signout.addEventListener("click", () => {
   auth.token = null;
+  shownFor = null;
+  whoami.hidden = true;
   navigate("/");
 });
 

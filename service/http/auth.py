@@ -1,0 +1,69 @@
+"""Who a request is, decided once by the request guard before any route runs (so no body
+is read for a caller that is refused) and kept on the request for the routes.
+
+- ``Authorization: Bearer <RAYDOCK_API_TOKEN>``: the server admin ``admin``.
+- ``Authorization: Bearer rdk_...``: the user that token belongs to, while it is neither
+  revoked nor expired.
+- No token, on loopback with no RAYDOCK_API_TOKEN set (local mode): the server admin, as
+  long as no user other than ``admin`` exists; once one does, every request says who it is.
+Anything else is a 401."""
+
+from __future__ import annotations
+
+import secrets
+
+from anyio import to_thread
+
+from api.errors import Unauthorized
+from service.tenancy.caller import Caller, authenticate, server_admin
+from service.tenancy.tokens import looks_like_token
+
+UNAUTHORIZED = (
+    "Missing, wrong, revoked or expired API token. Send 'Authorization: Bearer <token>' with a user token "
+    "(raydock token create) or RAYDOCK_API_TOKEN."
+)
+
+
+def token_matches(token: str | None, expected: str | None) -> bool:
+    """Constant-time token check that refuses (instead of raising on) non-ASCII input."""
+    if not token or not expected or not token.isascii():
+        return False
+    return secrets.compare_digest(token.encode(), expected.encode())
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for anything else."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token and token.isascii() else None
+
+
+class Authenticator:
+    """``runtime``: a callable giving the server's runtime once the lifespan has built it
+    (the guard is made before): its store and users."""
+
+    def __init__(self, api_token: str | None, runtime) -> None:
+        self.api_token, self.runtime = api_token, runtime
+        self._admin: Caller | None = None
+
+    async def caller(self, authorization: str | None) -> Caller | Unauthorized:
+        token = bearer_token(authorization)
+        if self.api_token is not None and token_matches(token, self.api_token):
+            return await self._server_admin()
+        runtime = self.runtime()
+        if looks_like_token(token):
+            found = await to_thread.run_sync(authenticate, runtime.service.sessions, token)
+            return found if found is not None else Unauthorized(UNAUTHORIZED)
+        if self.api_token is None:
+            others = runtime.users.others_cached()
+            if others is None:
+                others = await to_thread.run_sync(runtime.users.others_exist)
+            if not others:
+                return await self._server_admin()  # local mode: as before users existed
+        return Unauthorized(UNAUTHORIZED)
+
+    async def _server_admin(self) -> Caller:
+        # Its memberships rarely matter (a server admin reads every project); read once.
+        if self._admin is None:
+            self._admin = await to_thread.run_sync(server_admin, self.runtime().service.sessions)
+        return self._admin

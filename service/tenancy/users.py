@@ -1,0 +1,186 @@
+"""Users and their API tokens: create, list and delete users; create (shown once), list
+and revoke tokens. Every change is written to the event log with the acting user.
+
+Error codes: ``user_exists``, ``last_admin``, ``too_many_tokens``, ``too_many_users`` (409),
+``user_not_found``, ``token_not_found`` (404)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.errors import Conflict, NotFound, project_not_found
+from api.schemas.tenancy import (
+    MAX_TOKENS_PER_USER,
+    MAX_USERS,
+    Membership,
+    TokenCreate,
+    TokenCreated,
+    TokenPublic,
+    UserCreate,
+    UserPublic,
+)
+from service.db.models import count, utcnow
+from service.db.tenancy_models import ApiTokenRow, MembershipRow, ProjectRow, UserRow
+from service.eventlog.log import record
+from service.tenancy.caller import ADMIN_NAME, roles_of
+from service.tenancy.tokens import new_token
+
+OTHERS_TTL_S = 2.0  # how long "does a user other than admin exist?" is reused (another process may add one)
+
+
+def user_not_found(name: str) -> NotFound:
+    return NotFound(f"No user {name!r}. List users with GET /v1/users.", code="user_not_found")
+
+
+class Users:
+    def __init__(self, sessions: sessionmaker) -> None:
+        self.sessions = sessions
+        self._others: tuple[float, bool] = (float("-inf"), False)
+
+    # ------------------------------------------------------------------ users
+
+    def others_cached(self) -> bool | None:
+        """``others_exist`` as last read, or None once it is due to be read again."""
+        at, answer = self._others
+        return answer if time.monotonic() - at < OTHERS_TTL_S else None
+
+    def others_exist(self) -> bool:
+        """Whether a user other than ``admin`` exists: then local mode (no token on
+        loopback) is over and every request must say who it is."""
+        at, answer = self._others
+        if time.monotonic() - at >= OTHERS_TTL_S:
+            with self.sessions() as s:
+                answer = s.scalar(select(UserRow.id).where(UserRow.name != ADMIN_NAME).limit(1)) is not None
+            self._others = (time.monotonic(), answer)
+        return answer
+
+    def create(self, body: UserCreate, *, actor: str) -> UserPublic:
+        with self.sessions.begin() as s:
+            if count(s, UserRow) >= MAX_USERS:
+                raise Conflict(f"The server has {MAX_USERS} users, its cap; delete one first.", code="too_many_users")
+            if s.scalar(select(UserRow.id).where(UserRow.name == body.name)) is not None:
+                raise _exists(body.name)
+            if body.project is not None and s.get(ProjectRow, body.project) is None:
+                raise project_not_found(body.project)
+            user = UserRow(name=body.name, is_admin=body.admin, created_at=utcnow())
+            s.add(user)
+            try:
+                s.flush()
+            except IntegrityError:
+                raise _exists(body.name) from None
+            if body.project is not None:
+                s.add(MembershipRow(project=body.project, user_id=user.id, role=body.role, created_at=utcnow()))
+            record(s, "user_created", actor=actor, user=body.name, admin=body.admin, project=body.project)
+        self._others = (float("-inf"), False)
+        return self.get(body.name)
+
+    def get(self, name: str) -> UserPublic:
+        with self.sessions() as s:
+            user = self._user(s, name)
+            return _public(user, roles_of(s, user.id))
+
+    def list(self) -> list[UserPublic]:
+        with self.sessions() as s:
+            users = s.scalars(select(UserRow).order_by(UserRow.name)).all()
+            return [_public(u, roles_of(s, u.id)) for u in users]
+
+    def delete(self, name: str, *, actor: str) -> None:
+        with self.sessions.begin() as s:
+            user = self._user(s, name)
+            if user.is_admin and count(s, UserRow, UserRow.is_admin.is_(True)) <= 1:
+                raise Conflict(
+                    f"{name!r} is the last server admin; make another user an admin first.", code="last_admin"
+                )
+            s.delete(user)  # its tokens and memberships go with it (ON DELETE CASCADE)
+            s.flush()
+            for table in (ApiTokenRow, MembershipRow):  # SQLite without the pragma, or an old row
+                s.query(table).filter(table.user_id == user.id).delete()
+            record(s, "user_deleted", actor=actor, user=name)
+        self._others = (float("-inf"), False)
+
+    @staticmethod
+    def _user(s: Session, name: str) -> UserRow:
+        user = s.scalar(select(UserRow).where(UserRow.name == name))
+        if user is None:
+            raise user_not_found(name)
+        return user
+
+    # ------------------------------------------------------------------ tokens
+
+    def create_token(self, name: str, body: TokenCreate, *, actor: str) -> TokenCreated:
+        token, digest = new_token()
+        now = utcnow()
+        expires = now + timedelta(days=body.expires_in_days) if body.expires_in_days else None
+        with self.sessions.begin() as s:
+            user = self._user(s, name)
+            live = count(s, ApiTokenRow, ApiTokenRow.user_id == user.id, *_live(now))
+            if live >= MAX_TOKENS_PER_USER:
+                raise Conflict(
+                    f"User {name!r} has {live} live tokens, the cap; revoke one first "
+                    f"(raydock token revoke --user {name} ID).",
+                    code="too_many_tokens",
+                )
+            row = ApiTokenRow(user_id=user.id, token_hash=digest, name=body.name, created_at=now, expires_at=expires)
+            s.add(row)
+            s.flush()
+            record(s, "token_created", actor=actor, user=name, token_id=row.id, name=body.name)
+            public = _token(row, name)
+        return TokenCreated(**public.model_dump(), token=token)
+
+    def tokens(self, name: str) -> list[TokenPublic]:
+        with self.sessions() as s:
+            user = self._user(s, name)
+            rows = s.scalars(select(ApiTokenRow).where(ApiTokenRow.user_id == user.id).order_by(ApiTokenRow.id))
+            return [_token(r, name) for r in rows]
+
+    def revoke_token(self, name: str, token_id: int, *, actor: str) -> None:
+        with self.sessions.begin() as s:
+            user = self._user(s, name)
+            row = s.get(ApiTokenRow, token_id)
+            if row is None or row.user_id != user.id:
+                raise NotFound(
+                    f"User {name!r} has no token {token_id}. List them with GET /v1/users/{name}/tokens.",
+                    code="token_not_found",
+                )
+            if row.revoked_at is None:
+                row.revoked_at = utcnow()
+                record(s, "token_revoked", actor=actor, user=name, token_id=token_id)
+
+    def add_token_for(self, s: Session, user_id: int, label: str) -> str:
+        """A token made in the caller's transaction (the first start's admin)."""
+        token, digest = new_token()
+        s.add(ApiTokenRow(user_id=user_id, token_hash=digest, name=label, created_at=utcnow()))
+        return token
+
+
+def _live(now) -> tuple:
+    return ApiTokenRow.revoked_at.is_(None), or_(ApiTokenRow.expires_at.is_(None), ApiTokenRow.expires_at > now)
+
+
+def _exists(name: str) -> Conflict:
+    return Conflict(f"User {name!r} exists already. Pick another name.", code="user_exists")
+
+
+def _public(user: UserRow, roles: dict[str, str]) -> UserPublic:
+    return UserPublic(
+        name=user.name,
+        admin=bool(user.is_admin),
+        created_at=user.created_at,
+        projects=[Membership(project=p, role=r) for p, r in roles.items()],
+    )
+
+
+def _token(row: ApiTokenRow, user: str) -> TokenPublic:
+    return TokenPublic(
+        id=row.id,
+        user=user,
+        name=row.name,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+    )

@@ -1,0 +1,91 @@
+"""A server with two projects and every kind of caller, for the isolation tests: one real
+server (real HTTP, SQLite, no Ray: jobs stay QUEUED) and the same store opened in this
+process, so jobs can be made where a request needs one without a submit over HTTP.
+
+Projects ``alpha`` and ``beta``. Callers: ``owner`` (admin of alpha; submitted the job),
+``mate`` (member of alpha), ``viewer`` (viewer of alpha), ``other`` (member of beta), the
+server admin (its bootstrap token), no token, a revoked token and an expired one."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import update
+
+from api.schemas import parse_job_spec
+from service.db.models import utcnow
+from service.db.tenancy_models import ApiTokenRow
+from service.jobs import JobService
+from tests.code_attacks import package
+from tests.conftest import digits_spec
+from tests.jobstore import dead_ray, job_service
+from tests.servers import ServerProcess
+
+IDENTITIES = ("owner", "mate", "other", "viewer", "admin", "none", "revoked", "expired")
+
+
+@dataclass
+class World:
+    server: ServerProcess
+    service: JobService
+    tokens: dict[str, str | None] = field(default_factory=dict)
+    token_ids: dict[str, int] = field(default_factory=dict)
+    job: str = ""  # alpha's job, QUEUED, submitted by owner
+    code: bytes = b""
+    sha: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def headers(self, who: str) -> dict[str, str]:
+        token = self.tokens[who]
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def http(self, who: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers(who), timeout=30)
+
+    def fresh_job(self, project: str = "alpha") -> str:
+        """A QUEUED job of ``project`` made in the store: for a request that changes its job."""
+        job, _ = self.service.submit(parse_job_spec(digits_spec(name="fresh")), project=project)
+        return job.id
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.service.sessions.kw["bind"].dispose()
+
+
+def start_world(data_dir: Path) -> World:
+    url = f"sqlite:///{data_dir / 'raydock.db'}"
+    service = job_service(url, data_dir)  # migrates the store before the server opens it
+    server = ServerProcess(data_dir, dead_ray(), extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+    world = World(server, service)
+    admin_token = (data_dir / "admin-token").read_text().strip()
+    world.tokens.update(admin=admin_token, none=None)
+    http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
+    for project in ("alpha", "beta"):
+        http.post("/v1/projects", json={"name": project}).raise_for_status()
+    roles = {"owner": ("alpha", "admin"), "mate": ("alpha", "member"), "viewer": ("alpha", "viewer")}
+    roles["other"] = ("beta", "member")
+    for user, (project, role) in roles.items():
+        http.post("/v1/users", json={"name": user, "project": project, "role": role}).raise_for_status()
+        made = http.post(f"/v1/users/{user}/tokens", json={"name": "t"}).raise_for_status().json()
+        world.tokens[user], world.token_ids[user] = made["token"], made["id"]
+    revoked = http.post("/v1/users/mate/tokens", json={"name": "gone"}).raise_for_status().json()
+    http.delete(f"/v1/users/mate/tokens/{revoked['id']}").raise_for_status()
+    expired = http.post("/v1/users/mate/tokens", json={"name": "old"}).raise_for_status().json()
+    with service.sessions.begin() as s:  # a token whose expiry passed (the API takes future ones only)
+        past = utcnow() - timedelta(seconds=1)
+        s.execute(update(ApiTokenRow).where(ApiTokenRow.id == expired["id"]).values(expires_at=past))
+    world.tokens.update(revoked=revoked["token"], expired=expired["token"])
+    with world.http("owner") as owner:
+        world.job = owner.post("/v1/jobs", json=digits_spec(name="alpha-job")).raise_for_status().json()["id"]
+        world.code = package({"main.py": b"def train(config):\n    pass\n"})
+        world.sha = hashlib.sha256(world.code).hexdigest()
+        owner.put(f"/v1/code/{world.sha}", params={"project": "alpha"}, content=world.code).raise_for_status()
+    http.close()
+    return world

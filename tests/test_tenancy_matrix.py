@@ -1,0 +1,290 @@
+"""The isolation matrix: every route of the server's OpenAPI document x every kind of
+caller (tests/tenancy_world.py) with the answer each must get. A route the table below
+does not know fails the test, so a new route cannot skip it.
+
+What each class of answer means:
+- ``ok``: the route ran for the caller (any answer but 401, 403 or a 404 that hides a
+  job or project; a 404 for a checkpoint a QUEUED job has not made is ``ok``);
+- ``hidden``: 404 with the code a missing job, project or package gets: a record of a
+  project the caller is not in reads exactly as one that does not exist;
+- ``forbidden``: 403 (a server admin's route; a viewer changing a job);
+- ``401``: no token, a revoked one, an expired one.
+Every 200 a caller of another project gets is also searched for the job's id: a list
+that forgot its project filter fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import digits_spec
+from tests.tenancy_world import IDENTITIES, World, start_world
+
+pytestmark = pytest.mark.slow  # starts a server (no Ray)
+
+HIDDEN_CODES = {"job_not_found", "project_not_found", "code_package_not_found"}
+ALPHA_READERS = {"owner", "mate", "viewer", "admin"}
+
+
+def rule(ok: set[str], hidden: set[str] = frozenset(), forbidden: set[str] = frozenset()) -> dict[str, str]:
+    table = {who: "ok" for who in ok} | {who: "hidden" for who in hidden} | {who: "forbidden" for who in forbidden}
+    table.update(none="401", revoked="401", expired="401")
+    assert set(table) == set(IDENTITIES), table
+    return table
+
+
+AUTHENTICATED = {"owner", "mate", "other", "viewer", "admin"}
+JOB_READ = rule(ALPHA_READERS, hidden={"other"})
+JOB_WRITE = rule({"owner", "mate", "admin"}, hidden={"other"}, forbidden={"viewer"})
+OPEN = rule(AUTHENTICATED)  # every caller; what they see is filtered (searched for leaks below)
+SUBMIT = rule({"owner", "mate", "admin"}, hidden={"other", "viewer"})
+SERVER_ADMIN = rule({"admin"}, forbidden=AUTHENTICATED - {"admin"})
+OWN_TOKENS = rule({"owner", "admin"}, forbidden={"mate", "other", "viewer"})
+MEMBERS = rule({"owner", "admin"}, hidden={"other"}, forbidden={"mate", "viewer"})
+CODE_WRITE = rule({"owner", "mate", "admin"}, hidden={"other", "viewer"})
+CODE_READ = rule(ALPHA_READERS, hidden={"other"})
+PUBLIC = {who: "ok" for who in IDENTITIES}
+
+# (method, path template) -> who gets what. Changing a job or a user uses a fresh one per call.
+EXPECTED: dict[tuple[str, str], dict[str, str]] = {
+    ("GET", "/healthz"): PUBLIC,
+    ("POST", "/v1/jobs"): SUBMIT,
+    ("GET", "/v1/jobs"): OPEN,
+    ("GET", "/v1/jobs/{job_id}"): JOB_READ,
+    ("DELETE", "/v1/jobs/{job_id}"): JOB_WRITE,
+    ("POST", "/v1/jobs:cancel"): OPEN,  # refusals per id: checked in test_bulk_cancel_refuses_what_is_not_yours
+    ("POST", "/v1/jobs/{job_id}/cancel"): JOB_WRITE,
+    ("POST", "/v1/jobs/{job_id}/resume"): JOB_WRITE,
+    ("GET", "/v1/jobs/{job_id}/metrics"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/metrics/stream"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/logs"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/checkpoints"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/checkpoints/{checkpoint_id}/download"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/trials"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/trials/{trial_id}/metrics"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/lineage"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/best"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/best/replay"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/worker-groups"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/tensorboard"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/events"): JOB_READ,
+    ("GET", "/v1/jobs/{job_id}/webhooks"): JOB_READ,
+    ("GET", "/v1/cluster"): OPEN,
+    ("GET", "/v1/code"): OPEN,
+    ("PUT", "/v1/code/{sha256}"): CODE_WRITE,
+    ("GET", "/v1/code/{sha256}"): CODE_READ,
+    ("HEAD", "/v1/code/{sha256}"): CODE_READ,
+    ("GET", "/v1/events"): OPEN,
+    ("GET", "/v1/webhooks"): OPEN,
+    ("GET", "/v1/webhooks/{subscription}/deliveries"): OPEN,
+    ("GET", "/v1/users"): SERVER_ADMIN,
+    ("POST", "/v1/users"): SERVER_ADMIN,
+    ("DELETE", "/v1/users/{name}"): SERVER_ADMIN,
+    ("POST", "/v1/users/{name}/tokens"): OWN_TOKENS,
+    ("GET", "/v1/users/{name}/tokens"): OWN_TOKENS,
+    ("DELETE", "/v1/users/{name}/tokens/{token_id}"): OWN_TOKENS,
+    ("GET", "/v1/me"): OPEN,
+    ("GET", "/v1/projects"): OPEN,
+    ("POST", "/v1/projects"): SERVER_ADMIN,
+    ("PUT", "/v1/projects/{name}/members/{user}"): MEMBERS,
+    ("DELETE", "/v1/projects/{name}/members/{user}"): MEMBERS,
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = start_world(tmp_path_factory.mktemp("tenancy"))
+    yield w
+    w.stop()
+
+
+def request_for(world: World, method: str, path: str, who: str) -> tuple[str, dict]:
+    """The concrete URL and request options of a route for one caller."""
+    job = world.fresh_job() if method in ("POST", "DELETE") and "{job_id}" in path else world.job
+    name = "alpha" if path.startswith("/v1/projects/") else "owner"
+    values = {
+        "job_id": job,
+        "checkpoint_id": "0",
+        "trial_id": "t0",
+        "sha256": world.sha,
+        "subscription": f"{world.job}-0",
+        "name": name,
+        "user": "temp",
+        "token_id": "0",
+    }
+    options: dict = {}
+    if (method, path) == ("DELETE", "/v1/users/{name}"):
+        values["name"] = f"gone-{who}"
+        with world.http("admin") as admin:
+            admin.post("/v1/users", json={"name": values["name"]}).raise_for_status()
+    if (method, path) == ("DELETE", "/v1/users/{name}/tokens/{token_id}"):
+        with world.http("admin") as admin:
+            made = admin.post("/v1/users/owner/tokens", json={"name": f"r-{who}"}).raise_for_status().json()
+        values["token_id"] = str(made["id"])
+    if path.startswith("/v1/code/"):
+        options["params"] = {"project": "alpha"}
+    if (method, path) == ("PUT", "/v1/code/{sha256}"):
+        options["content"] = world.code
+    bodies = {
+        ("POST", "/v1/jobs"): digits_spec(name="matrix", project="alpha"),
+        ("POST", "/v1/jobs:cancel"): {"ids": [world.fresh_job()]},
+        ("POST", "/v1/users"): {"name": f"new-{who}"},
+        ("POST", "/v1/users/{name}/tokens"): {"name": "matrix"},
+        ("POST", "/v1/projects"): {"name": f"new-{who}"},
+        ("PUT", "/v1/projects/{name}/members/{user}"): {"role": "member"},
+    }
+    if (method, path) in bodies:
+        options["json"] = bodies[(method, path)]
+    url = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+    return url, options
+
+
+def outcome(status: int, code: str | None, path: str) -> str:
+    if status >= 500 and not (status == 503 and path == "/v1/cluster"):  # no Ray answers this server
+        return "error"
+    if status == 401:
+        return "401"
+    if status == 403:
+        return "forbidden"
+    if status == 404 and code in HIDDEN_CODES:
+        return "hidden"
+    return "ok"
+
+
+def test_every_route_answers_each_caller_as_the_matrix_says(world):
+    with world.http("admin") as admin:
+        document = admin.get("/openapi.json").raise_for_status().json()
+        admin.post("/v1/users", json={"name": "temp"}).raise_for_status()
+    routes = [(m.upper(), p) for p, ops in document["paths"].items() for m in ops]
+    clients = {who: world.http(who) for who in IDENTITIES}  # one connection each, kept alive
+    unknown = [r for r in routes if r not in EXPECTED]
+    assert not unknown, f"routes the isolation matrix does not know (add them to EXPECTED): {unknown}"
+    wrong = []
+    for method, path in routes:
+        for who in IDENTITIES:
+            url, options = request_for(world, method, path, who)
+            with clients[who].stream(method, url, **options) as r:
+                status = r.status_code
+                body = b"" if (path.endswith("/stream") and status == 200) or method == "HEAD" else r.read()
+            code = _code(body)
+            got = outcome(status, code, path)
+            if method == "HEAD" and status == 404 and EXPECTED[(method, path)][who] == "hidden":
+                got = "hidden"  # a HEAD has no body to carry the code
+            if got != EXPECTED[(method, path)][who]:
+                wrong.append(f"{who:8} {method} {url}: {status} {code} (expected {EXPECTED[(method, path)][who]})")
+            if who == "other" and status == 200 and world.job not in url and world.job.encode() in body:
+                wrong.append(f"{who:8} {method} {url}: the answer names alpha's job {world.job}")
+    for client in clients.values():
+        client.close()
+    assert not wrong, "\n".join(wrong)
+    assert len(routes) == len(EXPECTED)  # every route the table knows is served
+
+
+def _code(body: bytes) -> str | None:
+    try:
+        return json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def test_bulk_cancel_refuses_what_is_not_yours(world):
+    alpha, beta = world.fresh_job("alpha"), world.fresh_job("beta")
+    with world.http("other") as other:
+        answer = other.post("/v1/jobs:cancel", json={"ids": [alpha, beta]}).json()
+    assert answer["cancelled"] == [beta]
+    assert [(r["id"], r["code"]) for r in answer["refused"]] == [(alpha, "job_not_found")]
+    with world.http("viewer") as viewer:
+        answer = viewer.post("/v1/jobs:cancel", json={"ids": [alpha]}).json()
+    assert answer["cancelled"] == [] and answer["refused"][0]["code"] == "forbidden_role"
+    with world.http("owner") as owner:
+        assert owner.get(f"/v1/jobs/{alpha}").json()["status"] == "QUEUED"
+
+
+def test_lists_show_only_the_callers_projects(world):
+    beta = world.fresh_job("beta")
+    with world.http("other") as other:
+        jobs = other.get("/v1/jobs").json()
+        events = other.get("/v1/events").json()["items"]
+        projects = other.get("/v1/projects").json()
+    assert {j["project"] for j in jobs["items"]} == {"beta"} and beta in {j["id"] for j in jobs["items"]}
+    assert events and all(e["job_id"] is not None for e in events)  # no user, token or project changes
+    assert [p["name"] for p in projects] == ["beta"]
+    with world.http("admin") as admin:
+        every = {j["project"] for j in admin.get("/v1/jobs", params={"limit": 1000}).json()["items"]}
+    assert {"alpha", "beta"} <= every
+
+
+def test_submit_goes_to_the_default_project_or_a_named_one(world):
+    with world.http("mate") as mate:
+        job = mate.post("/v1/jobs", json=digits_spec(name="where")).json()
+        assert job["project"] == "alpha"
+        refused = mate.post("/v1/jobs", json=digits_spec(name="where", project="beta"))
+        missing = mate.post("/v1/jobs", json=digits_spec(name="where", project="nowhere"))
+    assert refused.status_code == missing.status_code == 404
+    assert refused.json()["error"]["code"] == missing.json()["error"]["code"] == "project_not_found"
+    with world.http("viewer") as viewer:
+        assert viewer.post("/v1/jobs", json=digits_spec(name="where")).json()["error"]["code"] == "project_not_found"
+
+
+def test_code_packages_are_held_per_project(world):
+    """The same bytes in two projects are two references; a project neither sees, probes
+    nor runs a package only another one holds."""
+    params = {"project": "beta"}
+    with world.http("other") as other:
+        assert other.head(f"/v1/code/{world.sha}", params=params).status_code == 404  # alpha holds it: no probe
+        job = {"name": "uses-alphas", "entrypoint": "main:train", "code": f"sha256:{world.sha}"}
+        refused = other.post("/v1/jobs", json={**job, "scaling": {"num_workers": 1}})
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "code_package_not_found"
+        uploaded = other.put(f"/v1/code/{world.sha}", params=params, content=world.code)
+        assert uploaded.status_code == 201  # its own reference, though the bytes were known
+        assert other.get(f"/v1/code/{world.sha}", params=params).json()["jobs"] == 0
+        assert other.get(f"/v1/code/{world.sha}", params={"project": "alpha"}).status_code == 404
+    with world.http("owner") as owner:
+        assert owner.head(f"/v1/code/{world.sha}", params={"project": "alpha"}).status_code == 200
+
+
+def test_audit_events_name_the_acting_user(world):
+    with world.http("admin") as admin:
+        events = admin.get("/v1/events", params={"limit": 1000}).json()["items"]
+    seen = {(e["type"], e["actor"]) for e in events}
+    assert ("submitted", "owner") in seen
+    assert ("code_uploaded", "owner") in seen
+    assert {("project_created", "admin"), ("user_created", "admin"), ("token_created", "admin")} <= seen
+    assert ("token_revoked", "admin") in seen and ("member_set", "owner") in seen
+    tokens = [e for e in events if e["type"] == "token_created"]
+    assert all("rdk_" not in str(e["data"]) for e in tokens)  # the audit names the token by id, never its secret
+
+
+def test_the_cli_manages_users_projects_and_tokens(world):
+    admin = world.tokens["admin"]
+    assert cli(world, admin, "project", "create", "gamma").exit_code == 0
+    made = cli(world, admin, "user", "create", "dave", "--project", "gamma", "--role", "viewer")
+    assert made.exit_code == 0, made.output
+    dave = made.output.split("token (shown once): ")[1].split()[0]
+    me = cli(world, dave, "token", "create", "--name", "ci", "--expires-in-days", "30")
+    assert me.exit_code == 0 and me.output.strip().startswith("rdk_")
+    listed = cli(world, dave, "token", "list")
+    assert "first" in listed.output and "ci" in listed.output and dave not in listed.output
+    assert cli(world, admin, "project", "add-member", "gamma", "dave", "--role", "member").exit_code == 0
+    assert "dave:member" in cli(world, admin, "project", "list").output
+    refused = cli(world, dave, "user", "list")
+    assert refused.exit_code == 1 and "server admins" in refused.output and len(refused.output.splitlines()) <= 2
+    bad_role = cli(world, admin, "project", "add-member", "gamma", "dave", "--role", "owner")
+    assert bad_role.exit_code == 2
+    first_id = next(line.split()[1] for line in listed.output.splitlines() if " first " in line)
+    assert cli(world, dave, "token", "revoke", first_id).exit_code == 0
+    assert cli(world, dave, "token", "list").exit_code == 1  # that was the token it sent: now refused
+    assert cli(world, admin, "project", "remove-member", "gamma", "dave").exit_code == 0
+    assert cli(world, admin, "user", "revoke", "dave").exit_code == 0
+    assert "dave" not in cli(world, admin, "user", "list").output
+
+
+def cli(world: World, token: str, *args: str):
+    from service.cli.common import console, err
+    from service.cli.main import app
+
+    console.width = err.width = 200
+    return CliRunner().invoke(app, list(args), env={"RAYDOCK_API_TOKEN": token, "RAYDOCK_URL": world.url})
