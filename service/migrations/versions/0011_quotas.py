@@ -20,13 +20,14 @@ AT = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs") as b:
-        b.add_column(sa.Column("project", sa.String(64), nullable=False, server_default="default"))
-        b.add_column(sa.Column("borrowed", sa.Boolean(), nullable=False, server_default=sa.false()))
-        b.add_column(sa.Column("cpu_seconds", sa.Float(), nullable=False, server_default="0"))
-        b.add_column(sa.Column("gpu_seconds", sa.Float(), nullable=False, server_default="0"))
-        b.add_column(sa.Column("usage_as_of", AT, nullable=True))
-        b.add_column(sa.Column("preempt_deadline", AT, nullable=True))
+    # Plain ADD COLUMNs: a batch (copy-and-swap) of jobs on SQLite would drop the old table,
+    # and its ON DELETE CASCADE children (metrics, checkpoints, logs) with it.
+    op.add_column("jobs", sa.Column("project", sa.String(64), nullable=False, server_default="default"))
+    op.add_column("jobs", sa.Column("borrowed", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.add_column("jobs", sa.Column("cpu_seconds", sa.Float(), nullable=False, server_default="0"))
+    op.add_column("jobs", sa.Column("gpu_seconds", sa.Float(), nullable=False, server_default="0"))
+    op.add_column("jobs", sa.Column("usage_as_of", AT, nullable=True))
+    op.add_column("jobs", sa.Column("preempt_deadline", AT, nullable=True))
     op.create_index("ix_jobs_project", "jobs", ["project"])
     op.create_index("ix_jobs_status_project", "jobs", ["status", "project"])
     op.create_index("ix_jobs_project_queue", "jobs", ["status", "project", sa.text("priority DESC"), "queued_at", "id"])
@@ -81,6 +82,5 @@ def downgrade() -> None:
     op.drop_index("ix_jobs_project_queue", table_name="jobs")
     op.drop_index("ix_jobs_status_project", table_name="jobs")
     op.drop_index("ix_jobs_project", table_name="jobs")
-    with op.batch_alter_table("jobs") as b:
-        for c in ("preempt_deadline", "usage_as_of", "gpu_seconds", "cpu_seconds", "borrowed", "project"):
-            b.drop_column(c)
+    for c in ("preempt_deadline", "usage_as_of", "gpu_seconds", "cpu_seconds", "borrowed", "project"):
+        op.drop_column("jobs", c)  # in place (no table copy: see upgrade)
