@@ -78,6 +78,12 @@ class Busy(RaydockError):
             self.retry_after_s = retry_after_s
 
 
+class QuotaExceeded(RaydockError):
+    """A submit past its project's ``max_queued``: the message names the quota and the usage."""
+
+    status, code = 429, "quota_exceeded"
+
+
 class CodeTooLarge(InvalidSpec):
     """A job's code over the size or file-count cap (413 on upload; 422 for a server path)."""
 
@@ -111,6 +117,7 @@ _BY_CODE: dict[str, type[RaydockError]] = {
         Unauthorized,
         ClusterUnavailable,
         CodeTooLarge,
+        QuotaExceeded,
         Forbidden,
     )
 }

@@ -15,6 +15,15 @@ from api.schemas.tracking import TrackingSpec
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
 JobName = Annotated[str, Field(pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")]
+PROJECT_RE = r"^[a-z][a-z0-9-]{0,62}$"
+DEFAULT_PROJECT = "default"
+ProjectName = Annotated[
+    str,
+    Field(
+        pattern=PROJECT_RE,
+        description="Project slug: a lowercase letter, then up to 62 lowercase letters, digits or `-`.",
+    ),
+]
 
 
 class JobCommon(Strict):
@@ -25,11 +34,10 @@ class JobCommon(Strict):
         default=None,
         description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
     )
-    # moves with 0011_quotas at merge (quotas owns this field; identical there)
-    project: str | None = Field(
+    project: ProjectName | None = Field(
         default=None,
-        pattern=r"^[a-z][a-z0-9-]{0,62}$",
-        description="The project the job belongs to; leave out for the caller's default project (GET /v1/me).",
+        description="The project the job runs in (its visibility, quota and fair share); leave out for the "
+        "caller's default project (GET /v1/me).",
     )
     priority: int = Field(
         default=0,

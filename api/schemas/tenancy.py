@@ -9,22 +9,17 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from api.schemas.common import Strict
+from api.schemas.job_common import DEFAULT_PROJECT, PROJECT_RE, ProjectName  # noqa: F401 - the project's name, here too
 from api.schemas.jobs import UtcDatetime
 
-PROJECT_RE = r"^[a-z][a-z0-9-]{0,62}$"
 USER_RE = r"^[a-z][a-z0-9._-]{0,62}$"
 TOKEN_PREFIX = "rdk_"
-DEFAULT_PROJECT = "default"
 MAX_TOKENS_PER_USER = 20  # live (not revoked, not expired) tokens
 MAX_TOKEN_TTL_DAYS = 366
 MAX_USERS = 10_000
 MAX_PROJECTS = 1_000
 
 Role = Literal["admin", "member", "viewer"]
-ProjectName = Annotated[
-    str,
-    Field(pattern=PROJECT_RE, description="A project: 1-63 lowercase letters, digits or '-', starting with a letter."),
-]
 UserName = Annotated[
     str,
     Field(

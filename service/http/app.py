@@ -39,6 +39,7 @@ from service.http.routes import (
     metrics,
     projects,
     prometheus,
+    quotas,
     tracking,
     trials,
     users,
@@ -113,6 +114,7 @@ V1_ROUTES = (
     eventlog,
     users,
     projects,
+    quotas,
 )
 
 

@@ -16,7 +16,7 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import Forbidden, Unauthorized, job_not_found
+from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
@@ -162,3 +162,13 @@ def existing_job(jobs: Jobs, job_id: JobId) -> str:
 
 
 ExistingJobId = Annotated[str, Depends(existing_job)]
+
+
+async def quota_admin(caller: CurrentCaller) -> str:
+    """Who may set quotas: a server admin (403 admin_only for anyone else)."""
+    if not caller.admin:
+        raise admin_only("Setting a project's quota")
+    return caller.name
+
+
+QuotaAdmin = Annotated[str, Depends(quota_admin)]

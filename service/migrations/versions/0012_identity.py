@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012_identity"
-down_revision = "0010_eventlog"
+down_revision = "0011_quotas"
 branch_labels = None
 depends_on = None
 
@@ -66,14 +66,10 @@ def upgrade() -> None:
         "INSERT INTO code_refs (project, sha256, created_at) SELECT 'default', sha256, created_at FROM code_packages"
     )
     # Plain ALTERs, no batch rebuild: dropping ``jobs`` to rebuild it would cascade to every job's rows.
-    # moves to 0011_quotas at merge
-    op.add_column("jobs", sa.Column("project", sa.String(64), nullable=False, server_default="default", index=True))
     op.add_column("jobs", sa.Column("user_id", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
     op.drop_column("jobs", "user_id")  # SQLite >= 3.35
-    op.drop_index("ix_jobs_project", "jobs")  # moves to 0011_quotas at merge
-    op.drop_column("jobs", "project")  # moves to 0011_quotas at merge
     for table in ("code_refs", "memberships", "projects", "api_tokens", "users"):
         op.drop_table(table)
