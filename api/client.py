@@ -110,6 +110,9 @@ class Client(TenancyClient):
             spec = parse_job_spec(spec)
         spec, self.last_upload = with_uploaded_code(self, spec, base_dir, progress)
         body = spec.model_dump(mode="json", exclude_unset=False)
+        for part in (body, body.get("base") or {}):  # unset: the server picks (and a server without projects takes it)
+            if part.get("project", "") is None:
+                del part["project"]
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return Job(self, JobPublic.model_validate(self.request("POST", "/v1/jobs", json=body, headers=headers).json()))
 

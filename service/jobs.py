@@ -109,12 +109,14 @@ class JobService(JobReads):
         idempotency_key: str | None = None,
         *,
         actor: str = SYSTEM,
-        project: str = DEFAULT_PROJECT,
+        project: str | None = None,
         user_id: int | None = None,
     ) -> tuple[JobPublic, bool]:
-        """Record a job in ``project`` (the caller may submit there: service/http/access.py);
-        returns it and whether it was created (False: the same Idempotency-Key came with
-        the same body to the same project before, and this is that job)."""
+        """Record a job in ``project`` (the route passes the one the caller may submit to:
+        service/http/access.py; None: the spec's, else ``default``); returns it and whether
+        it was created (False: the same Idempotency-Key came with the same body to the same
+        project before, and this is that job)."""
+        project = project or spec.project or DEFAULT_PROJECT
         digest = body_hash(spec) if idempotency_key else None  # only a key's retries are compared
         if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
             return existing, False

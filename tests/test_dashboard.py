@@ -246,9 +246,21 @@ def test_login_with_a_token_and_a_wrong_one_refused(browser, tmp_path):
         page.get_by_role("heading", name="Jobs").wait_for()
         assert page.evaluate("sessionStorage.getItem('raydock.token')") == TOKEN
         assert t.context.cookies() == [] and TOKEN not in page.url
+        page.locator("#whoami", has_text="signed in as admin").wait_for()  # RAYDOCK_API_TOKEN is the admin
         page.reload()  # still signed in for this tab
         page.get_by_role("heading", name="Jobs").wait_for()
         t.shot("jobs-signed-in")
+
+        # A user's own token signs in the same way, and the header says whose it is.
+        admin = {"Authorization": f"Bearer {TOKEN}"}
+        httpx.post(server.url + "/v1/projects", json={"name": "web"}, headers=admin).raise_for_status()
+        httpx.post(server.url + "/v1/users", json={"name": "ann", "project": "web"}, headers=admin).raise_for_status()
+        ann = httpx.post(server.url + "/v1/users/ann/tokens", json={}, headers=admin).json()["token"]
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_label("API token").fill(ann)
+        page.get_by_role("button", name="Sign in").click()
+        page.locator("#whoami", has_text="signed in as ann").wait_for()
+        page.get_by_role("heading", name="Jobs").wait_for()
         assert t.unexpected() == []
     finally:
         t.context.close()

@@ -20,6 +20,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from service.db.models import utcnow
+from service.db.tenancy_models import JobUsageRow
 from tests.conftest import digits_spec
 from tests.tenancy_world import IDENTITIES, World, start_world
 
@@ -91,6 +93,9 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/v1/projects"): SERVER_ADMIN,
     ("PUT", "/v1/projects/{name}/members/{user}"): MEMBERS,
     ("DELETE", "/v1/projects/{name}/members/{user}"): MEMBERS,
+    ("GET", "/v1/projects/{project}/quota"): CODE_READ,  # alpha's quota: its readers
+    ("PUT", "/v1/projects/{project}/quota"): SERVER_ADMIN,
+    ("GET", "/v1/usage"): OPEN,  # by project: only the caller's (checked in test_lists_show_only_the_callers_projects)
 }
 
 
@@ -114,6 +119,7 @@ def request_for(world: World, method: str, path: str, who: str) -> tuple[str, di
         "name": name,
         "user": "temp",
         "token_id": "0",
+        "project": "alpha",
     }
     options: dict = {}
     if (method, path) == ("DELETE", "/v1/users/{name}"):
@@ -135,6 +141,7 @@ def request_for(world: World, method: str, path: str, who: str) -> tuple[str, di
         ("POST", "/v1/users/{name}/tokens"): {"name": "matrix"},
         ("POST", "/v1/projects"): {"name": f"new-{who}"},
         ("PUT", "/v1/projects/{name}/members/{user}"): {"role": "member"},
+        ("PUT", "/v1/projects/{project}/quota"): {"max_queued": 1000},
     }
     if (method, path) in bodies:
         options["json"] = bodies[(method, path)]
@@ -205,13 +212,21 @@ def test_bulk_cancel_refuses_what_is_not_yours(world):
 
 def test_lists_show_only_the_callers_projects(world):
     beta = world.fresh_job("beta")
+    with world.service.sessions.begin() as s:  # what alpha's job used, as accounting records it
+        now = utcnow()
+        s.add(JobUsageRow(job_id=world.job, attempt=1, project="alpha", cpus=1, gpus=0, started_at=now, until=now))
     with world.http("other") as other:
         jobs = other.get("/v1/jobs").json()
         events = other.get("/v1/events").json()["items"]
         projects = other.get("/v1/projects").json()
+        usage = other.get("/v1/usage").json()["rows"]
+        assert other.get("/v1/usage", params={"project": "alpha"}).json()["error"]["code"] == "project_not_found"
     assert {j["project"] for j in jobs["items"]} == {"beta"} and beta in {j["id"] for j in jobs["items"]}
     assert events and all(e["job_id"] is not None for e in events)  # no user, token or project changes
     assert [p["name"] for p in projects] == ["beta"]
+    assert {row["project"] for row in usage} <= {"beta"}
+    with world.http("owner") as owner:
+        assert [row["project"] for row in owner.get("/v1/usage").json()["rows"]] == ["alpha"]
     with world.http("admin") as admin:
         every = {j["project"] for j in admin.get("/v1/jobs", params={"limit": 1000}).json()["items"]}
     assert {"alpha", "beta"} <= every

@@ -43,6 +43,7 @@ def every_stored_value(sessions) -> str:
         return "\n".join(repr(row) for t in names for row in s.execute(text(f'SELECT * FROM "{t}"')))
 
 
+@pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
 def test_a_token_is_stored_as_its_hash_and_shown_once(sessions):
     users = Users(sessions)
     users.create(UserCreate(name="ann"), actor="admin")
@@ -56,8 +57,11 @@ def test_a_token_is_stored_as_its_hash_and_shown_once(sessions):
     assert caller is not None and caller.name == "ann" and not caller.admin
     assert authenticate(sessions, made.token[:-1] + ("A" if made.token[-1] != "A" else "B")) is None
 
+    revoked_and_expired_tokens_name_nobody(sessions)
+    tokens_per_user_are_capped(sessions)
 
-def test_revoked_and_expired_tokens_name_nobody(sessions):
+
+def revoked_and_expired_tokens_name_nobody(sessions):
     users = Users(sessions)
     users.create(UserCreate(name="bob"), actor="admin")
     revoked = users.create_token("bob", TokenCreate(), actor="admin")
@@ -74,7 +78,7 @@ def test_revoked_and_expired_tokens_name_nobody(sessions):
     assert missing.value.code == "user_not_found"
 
 
-def test_tokens_per_user_are_capped(sessions):
+def tokens_per_user_are_capped(sessions):
     users = Users(sessions)
     users.create(UserCreate(name="cap"), actor="admin")
     for _ in range(MAX_TOKENS_PER_USER):
@@ -84,6 +88,7 @@ def test_tokens_per_user_are_capped(sessions):
     assert refused.value.code == "too_many_tokens"
 
 
+@pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
 def test_first_start_writes_the_admin_token_once_to_a_private_file(sessions, tmp_path):
     settings = Settings(data_dir=tmp_path / "data")
     settings.prepare_data_dir()
@@ -99,7 +104,9 @@ def test_first_start_writes_the_admin_token_once_to_a_private_file(sessions, tmp
     assert server_admin(sessions).admin
 
 
+@pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
 def test_a_project_keeps_an_admin_and_members_change_only_by_its_admins(sessions):
+    users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions)
     users, projects = Users(sessions), Projects(sessions)
     projects.create("vision", ADMIN)
     users.create(UserCreate(name="lead", project="vision", role="admin"), actor="admin")
@@ -134,7 +141,7 @@ def test_roles_decide_reads_writes_and_the_default_project():
     assert Caller("v", 2, False, {"ro": "viewer"}).default_project is None
 
 
-def test_users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions):
+def users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions):
     users = Users(sessions)
     users.create(UserCreate(name="admin", admin=True), actor="system")
     assert users.others_exist() is False

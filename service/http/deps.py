@@ -137,14 +137,16 @@ async def readable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> 
 async def writable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> str:
     """The job id, once the caller may control the job (a member or project admin);
     a viewer of its project, who sees the job anyway, gets 403 ``forbidden_role``."""
-    job_id = await readable_job(jobs, caller, job_id)
-    if not caller.admin:
-        project = await jobs.reads.project(job_id)
-        if not caller.can_write(project):
-            raise Forbidden(
-                f"You are a viewer in project {project!r}: you may read its jobs, not change them.",
-                code="forbidden_role",
-            )
+    if caller.admin:
+        return job_id
+    project = await jobs.reads.project(job_id)
+    if project is None or not caller.can_read(project):
+        raise job_not_found(job_id)
+    if not caller.can_write(project):
+        raise Forbidden(
+            f"You are a viewer in project {project!r}: you may read its jobs, not change them.",
+            code="forbidden_role",
+        )
     return job_id
 
 

@@ -113,7 +113,13 @@ def _overlap(start: datetime, end: datetime, since: datetime | None, until: date
     return max((hi - lo).total_seconds(), 0.0) / whole
 
 
-def report(s: Session, since: datetime | None, until: datetime | None, project: str | None) -> UsagePublic:
+def report(
+    s: Session,
+    since: datetime | None,
+    until: datetime | None,
+    project: str | None,
+    projects: list[str] | None = None,
+) -> UsagePublic:
     """CPU- and GPU-seconds by project within [since, until]: each attempt's usage counts
     in proportion to the part of its running time inside the range. (By user too once jobs
     record their user; until then ``user`` is null.)"""
@@ -124,6 +130,8 @@ def report(s: Session, since: datetime | None, until: datetime | None, project: 
         q = q.where(JobUsageRow.started_at <= until)
     if project is not None:
         q = q.where(JobUsageRow.project == project)
+    if projects is not None:  # what the caller may see
+        q = q.where(JobUsageRow.project.in_(projects))
     sums: dict[str, list] = {}
     for row in s.scalars(q):
         share = _overlap(aware(row.started_at), aware(row.until), since, until)
