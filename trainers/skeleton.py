@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from api.schemas import OptimizerSpec, TrainSpec
 from api.schemas.schedule import HyperparameterSchedule
-from trainers import checkpoint, efficiency, fast_path
+from trainers import checkpoint, efficiency, fast_path, phases
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
 
@@ -264,9 +264,15 @@ def train(
     rate_name, units_per_row = throughput
     window = Window()
     scheduler = Scheduler(spec.schedule)
+    first = True
     for step in steps:
         scheduler.before(pm.optimizer, step)
         window.add(pm.local_step(step.inputs, step.targets), len(step.targets))
+        if first:
+            first = False
+            if pm.device.type == "cuda":
+                torch.cuda.synchronize(pm.device)  # once: the step done, not only queued
+            phases.mark("first_step")
         if not cadence.report_due(step):
             continue
         train_loss = window.mean_loss(pm)  # waits for the window's last step

@@ -111,6 +111,9 @@ class JobRow(Base):
     log_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
     queue_position: Mapped[int | None] = mapped_column(Integer)
+    # The latest attempt's start-up phases, {phase: Unix time}, from its queueing on
+    # (service/db/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
+    start_phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)
