@@ -31,7 +31,7 @@ from sqlalchemy import select, update
 
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
-from api.schemas.events import LAUNCH_URI_ENV
+from api.schemas.events import LAUNCH_URI_ENV, PREEMPT_URI_ENV
 from service import lifecycle, storage
 from service.code.packages import altered
 from service.code.user_code import check_user_code
@@ -41,10 +41,16 @@ from service.db.specs import stored_spec
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.jobs import JobService
+from service.preemption import marker_uri
 
 log = logging.getLogger("raydock.attempts")
 
-ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+ACTIVE = (
+    JobStatus.STARTING.value,
+    JobStatus.RUNNING.value,
+    JobStatus.CANCELLING.value,
+    JobStatus.PREEMPTED.value,
+)
 # Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
 # "fail_after_submit" raises once per job between the Ray submit and the database write;
 # "delay_after_submit=<s>" waits there (so a cancel can land during a submit).
@@ -145,7 +151,8 @@ class Attempts:
             return None
         train = code_spec(spec)
         runtime_env = dict(train.runtime_env or {})
-        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
+        env = {**self._env(kind, uri), PREEMPT_URI_ENV: marker_uri(self.service.prefix(job_id), attempt)}
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
         if train.working_dir:
             runtime_env["working_dir"] = train.working_dir
         elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node

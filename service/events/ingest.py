@@ -56,7 +56,12 @@ from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room
 from service.events.push import parse_all
 
-RECEIVING = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+RECEIVING = (
+    JobStatus.STARTING.value,
+    JobStatus.RUNNING.value,
+    JobStatus.CANCELLING.value,
+    JobStatus.PREEMPTED.value,
+)
 MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
 MAX_REASON = 300
 

@@ -3,7 +3,7 @@ each search trial's start and the seconds to its first report (``trials.started_
 ``trials.first_metric_s``)
 
 Revision ID: 0013_start_phases
-Revises: 0010_eventlog
+Revises: 0011_quotas
 Create Date: 2026-11-26 13:30:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013_start_phases"
-down_revision = "0010_eventlog"
+down_revision = "0011_quotas"
 branch_labels = None
 depends_on = None
 
