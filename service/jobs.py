@@ -31,7 +31,7 @@ from service import admission, lifecycle, node_fit, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
-from service.db import job_records, purge
+from service.db import job_records, phases, purge
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
@@ -137,6 +137,7 @@ class JobService(JobReads):
             "queued_at": now,
             "project": project,
             "user_id": user_id,
+            "start_phases": phases.fresh(now.timestamp()),
         }
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write

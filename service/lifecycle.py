@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
+from service.db import phases
 from service.db.models import JobRow, TransitionRow, utcnow
 from service.eventlog.log import SYSTEM, record
 from service.telemetry import transitions as telemetry
@@ -55,6 +56,7 @@ _LIFECYCLE_FIELDS = (
     "finished_at",
     "queued_at",
     "attempt_started_at",
+    "start_phases",
     "failure_cause",
     "error",
 )
@@ -154,6 +156,7 @@ def _values(
             values["started_at"] = now
     if target == S.QUEUED:
         values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
+        values["start_phases"] = phases.fresh(now.timestamp())  # a new attempt's phases count from here
     if target.is_terminal():
         values["finished_at"] = now
     if target == S.FAILED:

@@ -15,7 +15,7 @@ import sys
 import ray
 
 from api.schemas import ResultEvent, StartedEvent, TrainSpec
-from trainers import events
+from trainers import events, phases
 from trainers.callbacks import run_callbacks
 from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
@@ -24,6 +24,8 @@ from trainers.trainer import build_trainer
 
 def main() -> int:
     launch = take_launch()
+    phases.bind(launch.channel)
+    phases.mark("driver_started", phases.process_started_at())
     spec = TrainSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))
     try:

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from api.schemas import OptimizerSpec, TrainSpec
 from api.schemas.schedule import HyperparameterSchedule
-from trainers import checkpoint, efficiency, fast_path, preemption
+from trainers import checkpoint, efficiency, fast_path, phases, preemption
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
 
@@ -266,9 +266,12 @@ def train(
     scheduler = Scheduler(spec.schedule)
     # Asked to give its room back (trainers/preemption.py): a checkpoint at once.
     watch = preemption.Watch(ReportClock(preemption.CHECK_EVERY_S, pm.device), pm.device)
+    first = True
     for step in steps:
         scheduler.before(pm.optimizer, step)
         window.add(pm.local_step(step.inputs, step.targets), len(step.targets))
+        if first:
+            first = _first_step_done(pm.device)
         preempted = watch.check(step.number)
         if not (cadence.report_due(step) or preempted):
             continue
@@ -307,3 +310,11 @@ def train(
         report(metrics, save)
         window = Window()
         cadence.clock.restart(step.number)
+
+
+def _first_step_done(device: torch.device) -> bool:
+    """Mark the ``first_step`` start-up phase (rank 0); False, so it is marked once."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # once: the step done, not only queued
+    phases.mark("first_step")
+    return False

@@ -37,6 +37,7 @@ from api.schemas.events import (
     ExploitEvent,
     JobEvent,
     MetricEvent,
+    PhaseEvent,
     ResultEvent,
     StartedEvent,
     TrialEvent,

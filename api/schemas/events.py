@@ -119,6 +119,32 @@ class WorkerGroupEvent(Event):
     nodes: Annotated[list[WorkerNode], Field(max_length=100_000)]
 
 
+# A job's start-up phases, in the order they happen; the meaning of each is in
+# trainers/phases.py, which marks the job-side ones.
+Phase = Literal[
+    "queued",
+    "admitted",
+    "submitted",
+    "driver_started",
+    "workers_placed",
+    "process_group_ready",
+    "first_step",
+    "first_metric",
+]
+PHASE_NAMES: tuple[str, ...] = Phase.__args__
+# The phases only the server knows (its own clock): a job's event naming one is refused.
+SERVER_PHASES = frozenset({"queued", "admitted", "submitted", "first_metric"})
+JOB_PHASES: tuple[str, ...] = tuple(p for p in PHASE_NAMES if p not in SERVER_PHASES)
+
+
+class PhaseEvent(Event):
+    """A start-up phase of this attempt was reached at ``ts``; ``seq`` is the phase's
+    place in ``PHASE_NAMES``, so each phase is stored at most once per attempt."""
+
+    type: Literal["phase"]
+    phase: Phase
+
+
 class TrialMetricEvent(Event):
     type: Literal["trial_metric"]
     trial_id: Id
@@ -170,6 +196,7 @@ JobEvent = Annotated[
         ErrorEvent,
         ResultEvent,
         WorkerGroupEvent,
+        PhaseEvent,
         TrialMetricEvent,
         TrialEvent,
         ExploitEvent,

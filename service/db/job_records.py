@@ -20,6 +20,7 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, Engine
 
 from api.schemas import FailureCause, JobPublic, JobStatus, JobUsage, RestartInfo
+from api.schemas.jobs import phase_seconds
 from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
@@ -56,6 +57,7 @@ def to_public(job: Any) -> JobPublic:
         restarts_total=max(job.restarts_total or 0, len(job.restarts or [])),
         borrowed=bool(job.borrowed),
         usage=JobUsage(cpu_seconds=job.cpu_seconds or 0.0, gpu_seconds=job.gpu_seconds or 0.0),
+        start_phases=phase_seconds(job.start_phases),
     )
 
 

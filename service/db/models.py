@@ -121,6 +121,9 @@ class JobRow(Base):
     usage_as_of: Mapped[datetime | None]
     preempt_deadline: Mapped[datetime | None]
     user_id: Mapped[int | None] = mapped_column(Integer)  # who submitted it; NULL for jobs older than users
+    # The latest attempt's start-up phases, {phase: Unix time}, from its queueing on
+    # (service/db/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
+    start_phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)
