@@ -131,8 +131,6 @@ class Attempts:
             resources = rank_plan.entrypoint_resources(stored_spec(spec_json), self.settings, self.backend)
             launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
             storage.write_private(uri, json.dumps(launch).encode())
-        else:
-            resources = self._launched_resources(uri)
             with self.sessions.begin() as s:
                 fixed = s.execute(
                     update(JobRow)
@@ -144,6 +142,8 @@ class Attempts:
                     record(s, "admitted", job_id=job_id, attempt=attempt)
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
+        else:
+            resources = self._launched_resources(uri)
         spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
