@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
 from api.schemas.events import LAUNCH_URI_ENV, PREEMPT_URI_ENV
-from service import lifecycle, storage
+from service import lifecycle, rank_plan, storage
 from service.code.packages import altered
 from service.code.user_code import check_user_code
 from service.db import phases
@@ -72,6 +72,8 @@ class Prepared:
     launch_uri: str
     runtime_env: dict
     previous: str | None  # the Ray job of the attempt before, stopped before this one starts
+    # What the driver holds for the workers it runs as local ranks (service.rank_plan); None: worker actors.
+    resources: dict[str, float] | None = None
 
 
 class Attempts:
@@ -99,7 +101,9 @@ class Attempts:
         metadata = {"raydock_job": job_id, "raydock_attempt": str(prepared.attempt), "raydock_store": self.store_id}
         sent = time.time()  # the submitted phase: a driver may start before Ray's answer is back
         try:
-            self.backend.submit(prepared.submission_id, prepared.kind, prepared.runtime_env, metadata)
+            self.backend.submit(
+                prepared.submission_id, prepared.kind, prepared.runtime_env, metadata, prepared.resources
+            )
         except ClusterUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - Ray refused the job: say why, keep the record
@@ -132,7 +136,9 @@ class Attempts:
         if sid is None:
             sid = submission_id(job_id, attempt)
             token, digest = new_events_token()
-            storage.write_private(uri, json.dumps(self._launch(job_id, attempt, sid, spec_json, token)).encode())
+            resources = rank_plan.entrypoint_resources(stored_spec(spec_json), self.settings, self.backend)
+            launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
+            storage.write_private(uri, json.dumps(launch).encode())
             with self.sessions.begin() as s:
                 fixed = s.execute(
                     update(JobRow)
@@ -146,6 +152,8 @@ class Attempts:
                     row.start_phases = phases.added(row.start_phases, "admitted") or row.start_phases
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
+        else:
+            resources = self._launched_resources(uri)
         spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
@@ -157,7 +165,16 @@ class Attempts:
             runtime_env["working_dir"] = train.working_dir
         elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node
             runtime_env["working_dir"] = self.service.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
-        return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous)
+        return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous, resources)
+
+    def _launched_resources(self, uri: str) -> dict[str, float] | None:
+        """The local ranks' resources an earlier preparation of this attempt wrote into its
+        launch file: a submit retried must hold what its driver will run."""
+        try:
+            with storage.open_random_access(uri) as f:
+                return json.loads(f.read()).get("local_ranks")
+        except (OSError, ValueError):
+            return None
 
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
         """The policy again, as the attempt starts: Ray zips a server path now, not at the
@@ -188,7 +205,7 @@ class Attempts:
                 lifecycle.fail(s, job, cause, error, reason=reason)
                 job.submission_id = None
 
-    def _launch(self, job_id: str, attempt: int, sid: str, spec: dict, token: str) -> dict:
+    def _launch(self, job_id: str, attempt: int, sid: str, spec: dict, token: str, resources: dict | None) -> dict:
         return {
             "job_id": job_id,
             "attempt": attempt,
@@ -199,6 +216,7 @@ class Attempts:
             "spec": {k: v for k, v in spec.items() if k != "notify"},
             "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
             "events_token": token,
+            "local_ranks": resources,  # the driver forks the workers when its Ray job holds these
         }
 
     def _env(self, kind: str, launch_uri: str) -> dict[str, str]:

@@ -146,3 +146,13 @@ def _no_node(need: dict[str, float], offered: list[tuple[dict[str, float], float
 
 def _refuse(message: str, path: str) -> CapacityExceeded:
     return CapacityExceeded(message, details=[{"loc": path.split("."), "msg": "can never be placed"}])
+
+
+def one_node_holds(s: ScalingSpec, info: ClusterInfo) -> dict[str, float] | None:
+    """Every worker's bundle together, when one node of the cluster (alive, or of a type
+    its autoscaler can add) holds them all; None otherwise. What a job's driver asks as
+    its entrypoint resources when it runs the workers as its own local ranks."""
+    total = {name: amount * s.min_workers for name, amount in bundle(s).items()}
+    if s.accelerator_type is not None:  # the node must have the type; the GPUs are counted as GPU
+        total[ACCELERATOR_PREFIX + s.accelerator_type] = ACCELERATOR_MARK
+    return total if any(_fits(node, total) for node, _ in nodes(info)) else None

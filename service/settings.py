@@ -132,6 +132,13 @@ class Settings(BaseSettings):
             )
         return v
 
+    local_ranks: bool = Field(
+        default=True,
+        description=(
+            "Run a fixed-size training job whose workers fit one node as processes forked from its Ray job "
+            "driver (Ray Train local mode, torchrun's environment) instead of Train controller and worker actors."
+        ),
+    )
     autoscaler_config: str | None = Field(
         default=None,
         description="The Ray autoscaler's cluster config (YAML/JSON), for the node limits its status report leaves out.",

@@ -3,7 +3,9 @@
 The server submits this module through the Ray Jobs API (``trainers.launch`` reads
 what it hands over). It builds the job's ``TorchTrainer`` (``trainers.trainer``) with
 the callbacks that send every report to the server as an event (``trainers.callbacks``),
-and on failure says why (``trainers.failures``). Because it runs on the cluster, a job
+and on failure says why (``trainers.failures``). A job whose Ray job holds all its
+workers' resources (the server's decision, ``service.rank_plan``) runs them as ranks
+forked from this process instead (``trainers.ranks``). Because it runs on the cluster, a job
 outlives the API process. A search (``kind: tune``) has its own driver,
 ``python -m tuning.search_driver``.
 """
@@ -19,6 +21,7 @@ from trainers import events, phases
 from trainers.callbacks import run_callbacks
 from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
+from trainers.ranks import RankRunner, RanksFailed, uses_local_ranks
 from trainers.trainer import build_trainer
 
 
@@ -27,6 +30,8 @@ def main() -> int:
     phases.bind(launch.channel)
     phases.mark("driver_started", phases.process_started_at())
     spec = TrainSpec.model_validate(launch.spec)
+    if uses_local_ranks(launch.local_ranks, spec):
+        return run_local(spec, launch)
     events.emit(StartedEvent(type="started", seq=0))
     try:
         ray.init(address="auto", log_to_driver=True)
@@ -35,8 +40,34 @@ def main() -> int:
         raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
         return report_failure(classify(exc))
-    final = events.sendable_metrics(result.metrics or {})
-    events.emit(ResultEvent(type="result", seq=0, metrics=final, path=result.path))
+    return finish(result.metrics, result.path)
+
+
+def run_local(spec: TrainSpec, launch) -> int:
+    """The job's workers as ranks forked from this process (``trainers.ranks``). Nothing
+    before the first fork may start a thread (the events thread, Ray's): the ranks are
+    forked from a single-threaded process, or else started from a forkserver."""
+
+    def after_fork() -> None:
+        events.emit(StartedEvent(type="started", seq=0))
+        ray.init(address="auto", log_to_driver=True)  # the worker_group event names this node
+
+    try:
+        runner = RankRunner(spec, launch.job_id, launch.storage_path)
+        runner.after_start = after_fork
+        result = runner.fit()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except RanksFailed as exc:
+        return report_failure(exc.failure)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
+        return report_failure(classify(exc))
+    return finish(result.metrics, result.path)
+
+
+def finish(metrics: dict | None, path: str | None) -> int:
+    final = events.sendable_metrics(metrics or {})
+    events.emit(ResultEvent(type="result", seq=0, metrics=final, path=path))
     events.flush()
     return 0
 

@@ -42,6 +42,8 @@ class Launch:
     events_token: str | None
     attempt: int | None = None
     submission_id: str | None = None  # the Ray submission id of this attempt, named by every push
+    # The workers' resources the driver's Ray job holds: it runs them as local ranks (trainers.ranks).
+    local_ranks: dict[str, float] | None = None
 
     @property
     def channel(self) -> EventsChannel:
@@ -93,6 +95,7 @@ def read_launch() -> Launch:
             events_token=data.get("events_token") or None,
             attempt=data.get("attempt"),
             submission_id=data.get("submission_id") or None,
+            local_ranks=data.get("local_ranks") or None,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(

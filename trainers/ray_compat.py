@@ -8,7 +8,7 @@ Ray upgrade moves these, this module is the one place to change.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 try:
     # Ray Train's internal controller callback interface; RunConfig passes callbacks
@@ -33,3 +33,100 @@ def seed_checkpoint(checkpoint: Any) -> None:
     with ctx.report_order_condition:
         if ctx.checkpoint is None:
             ctx.checkpoint = checkpoint
+
+
+# ----------------------------------------------------------------------------- local ranks
+# Ray Train's local mode (``ScalingConfig(num_workers=0)``) with torchrun's environment is
+# what a forked local rank runs (trainers.rank_worker); its report and get_checkpoint are
+# raydock's, and its checkpoints keep Ray Train's storage layout and snapshot, so a run
+# resumes from the other path's checkpoints and the other way round.
+
+
+def run_local_mode(experiment_name: str, train_fn: Callable[[], Any], rank: Any) -> Any:
+    """Run ``train_fn`` under Ray Train's local torch controller, which inits the process
+    group from torchrun's variables and sets the rank's CUDA device. ``ray.train.report``,
+    ``get_checkpoint`` and the collectives go to ``rank`` (``report(metrics, checkpoint,
+    checkpoint_dir_name)``, ``checkpoint``, ``barrier()``, ``broadcast(data)``);
+    ``get_context`` is local mode's, with this rank's numbers."""
+    from ray.train.v2._internal.execution.local_mode.torch import LocalTorchController
+    from ray.train.v2._internal.execution.train_fn_utils import (
+        LocalTrainFnUtils,
+        get_train_fn_utils,
+        set_train_fn_utils,
+    )
+
+    class RankFnUtils(LocalTrainFnUtils):
+        def report(self, metrics, checkpoint=None, checkpoint_dir_name=None, *args, **kwargs) -> None:
+            self._last_metrics = metrics
+            rank.report(metrics, checkpoint, checkpoint_dir_name)
+
+        def get_checkpoint(self):
+            return rank.checkpoint
+
+        def barrier(self) -> None:
+            rank.barrier()
+
+        def broadcast_from_rank_zero(self, data: Any) -> Any:
+            return rank.broadcast(data)
+
+    class Controller(LocalTorchController):
+        def _set_train_fn_utils(self) -> None:
+            super()._set_train_fn_utils()
+            c = get_train_fn_utils().get_context()
+            set_train_fn_utils(
+                RankFnUtils(
+                    experiment_name=c.experiment_name,
+                    world_size=c.world_size,
+                    world_rank=c.world_rank,
+                    local_rank=c.local_rank,
+                    local_world_size=c.local_world_size,
+                    node_rank=c.node_rank,
+                )
+            )
+
+    return Controller(experiment_name=experiment_name).run(train_fn)
+
+
+def checkpoint_dir_name() -> str:
+    """A new checkpoint's directory name, as Ray Train names it (``checkpoint_<time>``)."""
+    from ray.train.v2._internal.execution.storage import StorageContext
+
+    return StorageContext.make_default_checkpoint_dir_name()
+
+
+def storage_context(storage_path: str, run_name: str) -> Any:
+    """Ray Train's view of the run's storage: ``persist_current_checkpoint``,
+    ``make_default_checkpoint_dir_name``, the run directory."""
+    from ray.train.v2._internal.execution.storage import StorageContext
+
+    return StorageContext(storage_path=storage_path, experiment_dir_name=run_name)
+
+
+def checkpoint_book(storage: Any, checkpoint_config: Any) -> Any:
+    """Ray Train's checkpoint manager of the run: it loads the run's snapshot (the
+    checkpoints of earlier attempts), keeps ``num_to_keep`` by score plus the latest,
+    deletes the others and writes the snapshot back, as Ray Train's controller does.
+    ``register(checkpoint, metrics)`` adds one; ``latest`` is the latest checkpoint."""
+    from ray.train.v2._internal.execution.checkpoint.checkpoint_manager import CheckpointManager
+    from ray.train.v2._internal.execution.training_report import _TrainingReport
+
+    class Book(CheckpointManager):
+        def _notify(self) -> None:  # nobody waits on the book: there is no controller event loop
+            pass
+
+        def register(self, checkpoint: Any, metrics: dict) -> None:
+            self.register_checkpoint(_TrainingReport(checkpoint=checkpoint, metrics=metrics, validation=False))
+
+        @property
+        def latest(self) -> Any:
+            result = self.latest_checkpoint_result
+            return result.checkpoint if result else None
+
+    return Book(checkpoint_config=checkpoint_config, storage_context=storage)
+
+
+def checkpoint_at(storage: Any, dir_name: str) -> Any:
+    """The checkpoint ``dir_name`` of the run ``storage`` (``storage_context``) holds."""
+    from ray.train import Checkpoint
+
+    return Checkpoint(path=storage.build_checkpoint_path_from_name(dir_name), filesystem=storage.storage_filesystem)

@@ -101,6 +101,27 @@ def failure_config(spec: TrainSpec) -> FailureConfig:
     return FailureConfig(max_failures=spec.failure.max_retries, controller_failure_limit=limit)
 
 
+def checkpoint_config(spec: TrainSpec) -> CheckpointConfig:
+    return CheckpointConfig(
+        num_to_keep=spec.checkpoint.keep,
+        checkpoint_score_attribute=spec.checkpoint.score_metric,
+        checkpoint_score_order=spec.checkpoint.score_mode,
+    )
+
+
+def loop_and_config(spec: TrainSpec, data_meta: dict | None = None) -> tuple[Callable[[dict], Any], dict]:
+    """The per-worker loop and its config: the user's entrypoint (imported in the
+    workers only, trainers/user_loop.py: the driver runs none of the user's code) or a
+    built-in loop."""
+    if spec.is_user_code:
+        loop_config = dict(spec.config)
+        if not spec.default_parallelism:
+            # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
+            loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]
+        return user_loop(spec.entrypoint), loop_config
+    return builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta or {}}
+
+
 def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: list | None = None) -> TorchTrainer:
     """The job's trainer; ``callbacks`` go to the Train controller (``trainers.callbacks``)."""
     datasets, data_meta, data_config = ({}, {}, None)
@@ -108,14 +129,7 @@ def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: 
         datasets, data_meta = tabular_datasets(spec)
     elif spec.datasets:
         datasets, data_config = named_datasets(spec)
-    if spec.is_user_code:
-        # Imported in the workers only (trainers/user_loop.py): the driver runs none of the user's code.
-        loop, loop_config = user_loop(spec.entrypoint), dict(spec.config)
-        if not spec.default_parallelism:
-            # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
-            loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]
-    else:
-        loop, loop_config = builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta}
+    loop, loop_config = loop_and_config(spec, data_meta)
     return TorchTrainer(
         loop,
         train_loop_config=loop_config,
@@ -126,11 +140,7 @@ def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: 
             name=run_name,
             storage_path=storage_path,
             callbacks=list(callbacks or []),
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=spec.checkpoint.keep,
-                checkpoint_score_attribute=spec.checkpoint.score_metric,
-                checkpoint_score_order=spec.checkpoint.score_mode,
-            ),
+            checkpoint_config=checkpoint_config(spec),
             failure_config=failure_config(spec),
         ),
     )

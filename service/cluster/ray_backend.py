@@ -127,9 +127,18 @@ class RayBackend:
                 self._client = _TimedClient(self.address, headers=self.headers)
         return self._client
 
-    def submit(self, submission_id: str, kind: str, runtime_env: dict[str, Any], metadata: dict[str, str]) -> bool:
+    def submit(
+        self,
+        submission_id: str,
+        kind: str,
+        runtime_env: dict[str, Any],
+        metadata: dict[str, str],
+        resources: dict[str, float] | None = None,
+    ) -> bool:
         """Submit the driver as Ray job ``submission_id``; True when Ray already had it
-        (a retried submit of the same attempt is recognised, never duplicated)."""
+        (a retried submit of the same attempt is recognised, never duplicated).
+        ``resources`` (CPU, GPU, memory, others by name) are held by the driver itself:
+        a job whose workers run as the driver's local ranks."""
         runtime_env = dict(runtime_env)
         runtime_env.setdefault("worker_process_setup_hook", WORKER_SETUP_HOOK)
         with self._calling("a submit"):
@@ -139,6 +148,7 @@ class RayBackend:
                     submission_id=submission_id,
                     runtime_env=runtime_env,
                     metadata=metadata,
+                    **entrypoint_resources(resources or {}),
                 )
             except RuntimeError as exc:
                 if "already exists" in str(exc):
@@ -242,6 +252,21 @@ class RayBackend:
         limits are unknown)."""
         info = self.cluster_info()
         return info, addable(info)
+
+
+def entrypoint_resources(resources: dict[str, float]) -> dict[str, Any]:
+    """``submit_job``'s entrypoint arguments for ``resources``."""
+    out: dict[str, Any] = {}
+    rest = dict(resources)
+    if cpus := rest.pop("CPU", 0.0):
+        out["entrypoint_num_cpus"] = cpus
+    if gpus := rest.pop("GPU", 0.0):
+        out["entrypoint_num_gpus"] = gpus
+    if memory := rest.pop("memory", 0.0):
+        out["entrypoint_memory"] = int(memory)
+    if rest:
+        out["entrypoint_resources"] = rest
+    return out
 
 
 def schedulable(resources: dict[str, Any]) -> dict[str, float]:

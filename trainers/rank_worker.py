@@ -1,0 +1,147 @@
+"""One local rank of a job that ``trainers.ranks`` runs on its driver's node.
+
+A rank is a process forked from the job's driver (which has imported torch, Ray Train
+and the loop already). It takes torchrun's environment (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and runs the
+job's loop under Ray Train's local mode (``trainers.ray_compat.run_local_mode``): the
+loop keeps the Ray Train API (``ray.train.report``, ``get_checkpoint``, ``get_context``,
+``ray.train.torch.prepare_model`` / ``prepare_data_loader``), and a report does here what
+a Train worker and its controller do:
+
+- every rank persists the checkpoint it was handed (if any) under the run's storage
+  directory, into one directory whose name rank 0 picks (Ray Train's layout: the
+  ranks' files merge there);
+- the ranks wait for each other (a report is a barrier);
+- rank 0 sends its metrics and the checkpoint's name to the driver, which keeps the
+  checkpoint book and sends the events.
+
+A rank that raises sends its exception to the driver and exits 1. It is in a process
+group of its own (the driver kills the group, and with it anything the rank started)
+and dies with the driver (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from trainers import phases, ray_compat
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What every rank of one start of the ranks gets (picklable: a forkserver start
+    sends it)."""
+
+    run_name: str
+    storage_path: str
+    world_size: int
+    master_port: int
+    loop: Callable[[dict], Any]
+    loop_config: dict
+    checkpoint: Any  # the run's latest ray.train.Checkpoint, or None
+    cpus_per_rank: float = 1.0
+
+
+class Rank:
+    """What ``ray.train.report`` and ``get_checkpoint`` do in a local rank."""
+
+    def __init__(self, plan: RankPlan, rank: int, link) -> None:
+        self.plan, self.rank, self.link = plan, rank, link
+        self.checkpoint = plan.checkpoint
+        self._storage = None
+
+    @property
+    def storage(self):
+        if self._storage is None:
+            self._storage = ray_compat.storage_context(self.plan.storage_path, self.plan.run_name)
+        return self._storage
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def broadcast(self, data: Any) -> Any:
+        if not dist.is_initialized():
+            return data
+        box = [data]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def report(self, metrics: dict, checkpoint: Any, dir_name: str | None) -> None:
+        phases.mark("first_step")  # unless the loop marked it at its first step
+        name = self.broadcast(dir_name or ray_compat.checkpoint_dir_name())
+        persisted = self.storage.persist_current_checkpoint(checkpoint, name) if checkpoint is not None else None
+        held = [persisted is not None]
+        if dist.is_initialized():  # the barrier: every rank's files are in place before rank 0 says so
+            held = [None] * dist.get_world_size()
+            dist.all_gather_object(held, persisted is not None)
+        if any(held):
+            self.checkpoint = persisted or ray_compat.checkpoint_at(self.storage, name)
+        if self.rank == 0:
+            self.link.send(("report", dict(metrics), name if any(held) else None))
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the driver's stop still kills the group
+        pass
+    if os.getppid() == 1:  # the driver died before the line above
+        os._exit(1)
+
+
+def run_rank(plan: RankPlan, rank: int, link) -> None:
+    """The rank's process: set up, run the loop, exit (never returns)."""
+    os.setpgid(0, 0)
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop kills a rank at once; the driver reports
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(plan.world_size),
+        LOCAL_WORLD_SIZE=str(plan.world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(plan.master_port),
+        OMP_NUM_THREADS=str(max(1, int(plan.cpus_per_rank))),
+    )
+    torch.set_num_threads(max(1, int(plan.cpus_per_rank)))  # what a Train worker with these CPUs gets
+    code = 0
+    try:
+        ray_compat.run_local_mode(plan.run_name, _loop_of(plan), Rank(plan, rank, link))
+        link.send(("done",))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes to the driver, then exit 1
+        code = 1
+        _send_failure(link, exc)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _loop_of(plan: RankPlan) -> Callable[[], Any]:
+    def loop() -> Any:
+        phases.mark("process_group_ready")  # the local controller has just initialised it
+        return plan.loop(plan.loop_config)
+
+    return loop
+
+
+def _send_failure(link, exc: BaseException) -> None:
+    text = "".join(traceback.format_exception(exc))
+    try:
+        link.send(("error", exc, text))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+        link.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}"), text))
