@@ -20,9 +20,11 @@ from trainers.callbacks import run_callbacks
 from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
 from trainers.trainer import build_trainer
+from trainers.zygote import pool
 
 
 def main() -> int:
+    pool.start_if_asked()  # a cold start: this node's next job starts warm
     launch = take_launch()
     spec = TrainSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))

@@ -28,3 +28,15 @@ def seed_checkpoint(checkpoint: Any) -> None:
     with ctx.report_order_condition:
         if ctx.checkpoint is None:
             ctx.checkpoint = checkpoint
+
+
+def reread_import_time_settings() -> None:
+    """Ray settings read once when ``ray`` is imported, read again from this process's
+    environment: a driver forked from a warm process imported ``ray`` under another
+    environment (its job's ``RAY_DEDUP_LOGS=0`` must still hold)."""
+    import ray._private.ray_constants as constants
+    import ray._private.ray_logging as ray_logging
+
+    dedup = constants.env_bool("RAY_DEDUP_LOGS", True)
+    constants.RAY_DEDUP_LOGS = dedup
+    ray_logging.RAY_DEDUP_LOGS = dedup
