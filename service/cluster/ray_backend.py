@@ -24,8 +24,9 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from api.errors import ClusterUnavailable
-from api.schemas import ClusterInfo, NodeInfo
+from api.schemas import ClusterInfo, NodeInfo, WarmProcessPublic
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
+from service.cluster.warm_pool import read_warm_pool
 
 COLD_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
 # The client forks the driver from the node's warm process, or execs the cold entrypoint (trainers/zygote/).
@@ -240,6 +241,10 @@ class RayBackend:
         )
         self.last_cluster = (time.monotonic(), info)
         return info
+
+    def warm_pool(self) -> list[WarmProcessPublic]:
+        """Each node's warm process (trainers/zygote/); empty when there is none or the dashboard cannot say."""
+        return read_warm_pool(self._http)
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

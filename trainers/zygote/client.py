@@ -32,7 +32,7 @@ from trainers.zygote.protocol import (
 )
 
 CONNECT_TIMEOUT_S = 2.0
-ACCEPT_TIMEOUT_S = 10.0  # the warm process answers at once; a hung one must not hold the job
+ACCEPT_TIMEOUT_S = 30.0  # the warm process answers at once; a hung one must not hold the job
 WARM_ENV = "RAYDOCK_WARM_START"  # "0"/"false" in a job's environment: always cold
 
 
@@ -53,21 +53,21 @@ def warm(module: str, args: list[str]) -> int | None:
     if not os.path.exists(path := socket_path(session)):
         os.environ[START_ENV] = path  # the cold driver starts this node's pool for the next job
         return None
+    request = {
+        "module": module,
+        "argv": args,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "python": os.path.realpath(sys.executable),
+        "prefix": sys.prefix,
+        "root": ROOT,
+        "code": code_version(ROOT),
+    }
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT_S)
         sock.connect(path)
         sock.settimeout(ACCEPT_TIMEOUT_S)
-        request = {
-            "module": module,
-            "argv": args,
-            "cwd": os.getcwd(),
-            "env": dict(os.environ),
-            "python": sys.executable,
-            "prefix": sys.prefix,
-            "root": ROOT,
-            "code": code_version(ROOT),
-        }
         send_request(sock, request, [0, 1, 2])
         reader = LineReader(sock)
         answer = reader.next()

@@ -32,7 +32,7 @@ from trainers.zygote.protocol import DRIVERS, code_version, recv_request, send_l
 
 PRELOAD = ("torch", "ray", "ray.train", "ray.train.torch", *DRIVERS.values())
 ALREADY_SERVED = 3  # exit code: another warm process serves this socket
-REQUEST_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 
 
 class WarmProcess:
@@ -136,12 +136,13 @@ class WarmProcess:
             return "another user"
         if request.get("module") not in DRIVERS.values():
             return f"unknown driver {request.get('module')!r}"
-        if request.get("python") != sys.executable or request.get("prefix") != sys.prefix:
-            return f"another Python ({request.get('python')}); this warm process runs {sys.executable}"
         if request.get("code") != self.code:
             if os.path.realpath(str(request.get("root"))) == os.path.realpath(ROOT):
                 self.stale = True  # the code changed on disk since the import: a fresh process takes over
             return f"other raydock code ({request.get('root')})"
+        python = os.path.realpath(sys.executable)
+        if request.get("python") != python or request.get("prefix") != sys.prefix:
+            return f"another Python ({request.get('python')} in {request.get('prefix')}); this warm process runs {python} in {sys.prefix}"
         if not isinstance(request.get("env"), dict) or not isinstance(request.get("cwd"), str):
             return "no environment or cwd"
         if threading.active_count() != 1:

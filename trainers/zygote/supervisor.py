@@ -44,7 +44,8 @@ class Supervisor:
         self.stats_path = os.path.join(os.path.dirname(socket_path), "stats.json")
         self.node_id = ray.get_runtime_context().get_node_id()
         self.started = time.time()
-        self.restarts: list[float] = []
+        self.restarts: list[float] = []  # start times in the last minute
+        self.starts = 0
         self.proc: subprocess.Popen | None = None
         self.facts: dict = {}
         threading.Thread(target=self._keep, name="raydock-warm-keeper", daemon=True).start()
@@ -75,6 +76,7 @@ class Supervisor:
                 if len(self.restarts) > MAX_RESTARTS_PER_MINUTE:
                     self._leave(f"the warm process died {len(self.restarts)} times in a minute")
                 self.proc = self._spawn()
+                self.starts += 1
             stats = self._stats()
             self._publish(stats)
             idle_since = stats.get("idle_since")
@@ -95,7 +97,7 @@ class Supervisor:
             "pid": stats.get("pid"),
             "ready": bool(stats),
             "started": self.started,
-            "restarts": len(self.restarts) - 1,
+            "restarts": self.starts - 1,
             "jobs_served": stats.get("jobs_served", 0),
             "running": stats.get("running", 0),
             "idle_since": stats.get("idle_since"),
