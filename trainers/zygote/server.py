@@ -36,8 +36,9 @@ REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 
 
 class WarmProcess:
-    def __init__(self, path: str, stats_path: str | None):
+    def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...] = ()):
         self.path, self.stats_path = path, stats_path
+        self.modules = {*DRIVERS.values(), *modules}  # what a child may run as __main__
         self.parent = os.getppid()
         self.started = time.time()
         self.code = code_version(ROOT)
@@ -134,7 +135,7 @@ class WarmProcess:
         uid = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8]
         if int.from_bytes(uid, sys.byteorder) != os.getuid():
             return "another user"
-        if request.get("module") not in DRIVERS.values():
+        if request.get("module") not in self.modules:
             return f"unknown driver {request.get('module')!r}"
         if request.get("code") != self.code:
             if os.path.realpath(str(request.get("root"))) == os.path.realpath(ROOT):
@@ -208,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", required=True, help="the unix socket to listen on")
     parser.add_argument("--stats", help="a JSON file this process keeps its facts in")
+    parser.add_argument("--allow", action="append", default=[], help="another module a child may run (tests)")
     args = parser.parse_args(argv)
     took = preload()
     print(f"imported {', '.join(PRELOAD)} in {took:.2f}s", flush=True)
-    WarmProcess(args.socket, args.stats).serve()
+    WarmProcess(args.socket, args.stats, tuple(args.allow)).serve()
     return 0
 
 
