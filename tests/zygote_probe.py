@@ -47,6 +47,7 @@ def look() -> None:
         "argv": sys.argv[1:],
         "random": float(np.random.rand()),
         "cuda": torch.cuda.is_initialized(),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
     }
     print(json.dumps(seen), flush=True)
 

@@ -64,6 +64,7 @@ def _take_process(request: dict, fds: list[int], inherited: list[int], base_path
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    _take_priority(request.get("nice"))
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -73,6 +74,19 @@ def _take_process(request: dict, fds: list[int], inherited: list[int], base_path
     importlib.invalidate_caches()
     _reopen_stdio()
     _reset_shared_state()
+
+
+def _take_priority(nice: object) -> None:
+    """The client's priority: the warm process runs at a Ray worker's (nice 15, so its
+    imports never slow a job down); the driver, and the ranks it may fork, run as the
+    entrypoint would. Raising priority needs CAP_SYS_NICE; without it the driver stays
+    at the warm process's and says so."""
+    if not isinstance(nice, int) or nice == os.getpriority(os.PRIO_PROCESS, 0):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as exc:
+        print(f"raydock: the warm driver keeps nice {os.getpriority(os.PRIO_PROCESS, 0)} ({exc})", file=sys.stderr)
 
 
 def _reopen_stdio() -> None:

@@ -58,6 +58,7 @@ def warm(module: str, args: list[str]) -> int | None:
         "argv": args,
         "cwd": os.getcwd(),
         "env": dict(os.environ),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "python": os.path.realpath(sys.executable),
         "prefix": sys.prefix,
         "root": ROOT,

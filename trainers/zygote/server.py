@@ -17,6 +17,7 @@ is gone, or when the raydock code on disk is no longer the code it imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -76,7 +77,7 @@ class WarmProcess:
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGTERM, self.stop)
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "accept")
         sel.register(rfd, selectors.EVENT_READ, "signal")
@@ -95,8 +96,18 @@ class WarmProcess:
                             pass
                 self.reap()
         finally:
-            if os.path.exists(self.path) and not self.stale:
-                os.unlink(self.path)
+            self.unlisten()
+
+    def unlisten(self) -> None:
+        # Its successor is started only once this process has ended: the path is still its own.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def stop(self, *_) -> None:
+        """SIGTERM (the supervisor lets it go): no interpreter teardown of torch and Ray
+        to wait for; running drivers are their own processes and go on."""
+        self.unlisten()
+        os._exit(0)
 
     def take(self, conn: socket.socket, inherited: list[int]) -> None:
         """Answer one request: fork its driver, or refuse it (nothing ran)."""
