@@ -92,7 +92,7 @@ def recv_request(sock: socket.socket) -> tuple[dict, list[int]]:
             body += chunk
         request = json.loads(bytes(body[:size]))
         if not isinstance(request, dict) or len(fds) != MAX_FDS:
-            raise ValueError("request without its 3 file descriptors")
+            raise ValueError("a request is a JSON object sent with 3 file descriptors")
     except (ValueError, OSError):
         for fd in fds:
             os.close(fd)
