@@ -228,6 +228,7 @@ class Attempts:
             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.worker_start_timeout_s),
             "RAY_DEDUP_LOGS": "0",
             "PYTHONUNBUFFERED": "1",
+            "RAYDOCK_WARM_IDLE_S": str(self.settings.warm_idle_s),  # read by a cold driver that starts the pool
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
         }
 

@@ -55,7 +55,10 @@ def build_runtime(settings: Settings) -> Runtime:
         settings,
         sessions,
         RayBackend(
-            address, autoscaler_config=settings.autoscaler_config, auth_token=head.auth_token() if head else None
+            address,
+            autoscaler_config=settings.autoscaler_config,
+            auth_token=head.auth_token() if head else None,
+            warm_start=settings.warm_start,
         ),
     )
     monitor = Monitor(service)

@@ -139,6 +139,19 @@ class Settings(BaseSettings):
             "driver (Ray Train local mode, torchrun's environment) instead of Train controller and worker actors."
         ),
     )
+    warm_start: bool = Field(
+        default=True,
+        description=(
+            "Start each job's driver as a fork of its node's warm process (torch and ray.train already imported); "
+            "false: every driver is a new Python process, as before."
+        ),
+    )
+    warm_idle_s: float = Field(
+        default=600.0,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="How long a node's warm process waits for a job before it exits (the next job there starts cold).",
+    )
     autoscaler_config: str | None = Field(
         default=None,
         description="The Ray autoscaler's cluster config (YAML/JSON), for the node limits its status report leaves out.",

@@ -23,9 +23,11 @@ from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
 from trainers.ranks import RankRunner, RanksFailed, uses_local_ranks
 from trainers.trainer import build_trainer
+from trainers.zygote import pool
 
 
 def main() -> int:
+    pool.start_if_asked()  # a cold start: this node's next job starts warm
     launch = take_launch()
     phases.bind(launch.channel)
     phases.mark("driver_started", phases.process_started_at())

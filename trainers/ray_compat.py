@@ -130,3 +130,15 @@ def checkpoint_at(storage: Any, dir_name: str) -> Any:
     from ray.train import Checkpoint
 
     return Checkpoint(path=storage.build_checkpoint_path_from_name(dir_name), filesystem=storage.storage_filesystem)
+
+
+def reread_import_time_settings() -> None:
+    """Ray settings read once when ``ray`` is imported, read again from this process's
+    environment: a driver forked from a warm process imported ``ray`` under another
+    environment (its job's ``RAY_DEDUP_LOGS=0`` must still hold)."""
+    import ray._private.ray_constants as constants
+    import ray._private.ray_logging as ray_logging
+
+    dedup = constants.env_bool("RAY_DEDUP_LOGS", True)
+    constants.RAY_DEDUP_LOGS = dedup
+    ray_logging.RAY_DEDUP_LOGS = dedup

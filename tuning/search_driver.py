@@ -22,6 +22,7 @@ from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec, j
 from trainers import events, phases
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
 from trainers.launch import take_launch
+from trainers.zygote import pool
 from tuning.search import build_tuner, trial_runs_path
 from tuning.search_events import SearchEvents, reported
 from tuning.trial import restores_from_checkpoint
@@ -37,6 +38,7 @@ def main() -> int:
     # Tune saves the search's state at most this often (default every 10 s or more): a
     # cancelled search resumes from its trials' checkpoints as of the last save.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3")
+    pool.start_if_asked()  # a cold start: this node's next job starts warm
     launch = take_launch()
     phases.bind(launch.channel)
     phases.mark("driver_started", phases.process_started_at())

@@ -9,6 +9,7 @@ from api.schemas.cluster import (
     ClusterInfo,
     NodeInfo,
     NodeTypeCapacity,
+    WarmProcessPublic,
     WorkerGroupPublic,
     WorkerPlacement,
 )

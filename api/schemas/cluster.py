@@ -56,6 +56,24 @@ class NodeInfo(BaseModel):
     )
 
 
+class WarmProcessPublic(BaseModel):
+    """A node's warm process: drivers of jobs on that node are forked from it instead of
+    starting a new Python (torch and ray.train already imported). It holds no CPUs or
+    GPUs, so it never keeps capacity from a queued job."""
+
+    node_id: str = Field(description="The Ray node it serves.")
+    ready: bool = Field(description="True once it has imported what the drivers need and takes jobs.")
+    pid: int | None = Field(default=None, description="Its process id on the node (None while it starts).")
+    started_at: float = Field(description="Unix time its supervisor started.")
+    restarts: int = Field(description="Times its supervisor started it again after it ended.")
+    jobs_served: int = Field(description="Drivers it has forked since it started.")
+    running: int = Field(description="Drivers forked from it that run now.")
+    idle_since: float | None = Field(
+        default=None, description="Unix time its last driver ended (None while one runs or before it is ready)."
+    )
+    idle_timeout_s: float = Field(description="It exits after this long without a job (RAYDOCK_WARM_IDLE_S).")
+
+
 class ClusterInfo(BaseModel):
     address: str = Field(description="The Ray dashboard address raydock talks to.")
     nodes: list[NodeInfo]
@@ -65,4 +83,8 @@ class ClusterInfo(BaseModel):
     gpus_free: float
     autoscaler: AutoscalerPublic | None = Field(
         default=None, description="What the cluster's autoscaler can add; None when the cluster has no autoscaler."
+    )
+    warm_pool: list[WarmProcessPublic] = Field(
+        default_factory=list,
+        description="The warm process of each node that has one (none until a job has run there; RAYDOCK_WARM_START).",
     )

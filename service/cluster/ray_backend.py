@@ -24,10 +24,13 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from api.errors import ClusterUnavailable
-from api.schemas import ClusterInfo, NodeInfo
+from api.schemas import ClusterInfo, NodeInfo, WarmProcessPublic
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
+from service.cluster.warm_pool import read_warm_pool
 
-DRIVER_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
+COLD_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
+# The client forks the driver from the node's warm process, or execs the cold entrypoint (trainers/zygote/).
+WARM_ENTRYPOINTS = {kind: f"python -m trainers.zygote.client {kind}" for kind in COLD_ENTRYPOINTS}
 WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
 CALL_TIMEOUT_S = 10.0
 UPLOAD_TIMEOUT_S = 120.0  # a working_dir upload (runs off the monitor's tick)
@@ -76,6 +79,7 @@ class RayBackend:
         autoscaler_config: str | None = None,
         auth_token: str | None = None,
         timeout_s: float = CALL_TIMEOUT_S,
+        warm_start: bool = True,
     ):
         self.address = address.rstrip("/")
         # The autoscaler's own config, for the limits its status report leaves out (service/cluster/autoscaler.py).
@@ -86,6 +90,7 @@ class RayBackend:
         token = auth_token or ray_auth_token()
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.timeout_s = timeout_s
+        self.entrypoints = WARM_ENTRYPOINTS if warm_start else COLD_ENTRYPOINTS
         self._client = None
         # The last answer of cluster_info and when (monotonic): what /metrics reports, never asking Ray itself.
         self.last_cluster: tuple[float, ClusterInfo] | None = None
@@ -144,7 +149,7 @@ class RayBackend:
         with self._calling("a submit"):
             try:
                 self.jobs.submit_job(
-                    entrypoint=DRIVER_ENTRYPOINTS[kind],
+                    entrypoint=self.entrypoints[kind],
                     submission_id=submission_id,
                     runtime_env=runtime_env,
                     metadata=metadata,
@@ -246,6 +251,10 @@ class RayBackend:
         )
         self.last_cluster = (time.monotonic(), info)
         return info
+
+    def warm_pool(self) -> list[WarmProcessPublic]:
+        """Each node's warm process (trainers/zygote/); empty when there is none or the dashboard cannot say."""
+        return read_warm_pool(self._http)
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

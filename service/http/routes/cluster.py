@@ -20,4 +20,6 @@ def healthz() -> dict[str, str]:
 
 @router.get("/cluster", response_model=ClusterInfo, operation_id="get_cluster", responses=errors(503))
 def cluster(jobs: Jobs) -> ClusterInfo:
-    return jobs.backend.cluster_info()
+    info = jobs.backend.cluster_info()
+    info.warm_pool = jobs.backend.warm_pool()
+    return info
