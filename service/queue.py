@@ -19,6 +19,7 @@ from service.db.models import JobRow, TransitionRow, aware
 
 QUEUED = JobStatus.QUEUED.value
 HEAD_BATCH = 64  # rows fetched at a time while admission walks the head of the queue
+FIRST_BATCH = 8  # the first read of a project's head: most passes stop at its first job
 
 
 def typed_columns(spec: JobSpec) -> dict[str, Any]:
@@ -76,19 +77,20 @@ def head(s: Session, skip: set[str], project: str | None = None) -> Iterator[adm
     admission stops at the first that does not fit, so a tick reads the head of the queue,
     not all of it."""
     after: tuple | None = None
+    batch = FIRST_BATCH if project is not None else HEAD_BATCH
     while True:
         q = in_order(select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None)))
         if project is not None:
             q = q.where(JobRow.project == project)
         if after is not None:
             q = q.where(_after_in_order(*after))
-        rows = s.execute(q.limit(HEAD_BATCH)).all()
+        rows = s.execute(q.limit(batch)).all()
         for row in rows:
             if row.id not in skip:
                 yield _queued(row)
-        if len(rows) < HEAD_BATCH:
+        if len(rows) < batch:
             return
-        after = (rows[-1].priority, rows[-1].queued_at, rows[-1].id)
+        after, batch = (rows[-1].priority, rows[-1].queued_at, rows[-1].id), HEAD_BATCH
 
 
 def _after_in_order(priority: int, queued_at: datetime | None, job_id: str):

@@ -45,7 +45,7 @@ def ray_preempting() -> bool:
         return False
     try:
         return get() is not None
-    except RuntimeError:  # outside a Train run (a loop run by hand)
+    except (RuntimeError, DeprecationWarning):  # outside a Train worker (a loop run by hand, a Tune session)
         return False
 
 
