@@ -24,25 +24,31 @@ class QuotaSpec(Strict):
     what it may reach by borrowing idle capacity. Null maxima are unlimited; a null guarantee is 0."""
 
     guaranteed_cpus: float | None = Field(
-        default=None, ge=0, le=MAX_QUOTA_CPUS, description="CPUs the project can always get (null: 0)."
+        default=None, strict=True, ge=0, le=MAX_QUOTA_CPUS, description="CPUs the project can always get (null: 0)."
     )
     guaranteed_gpus: float | None = Field(
-        default=None, ge=0, le=MAX_QUOTA_GPUS, description="GPUs the project can always get (null: 0)."
+        default=None, strict=True, ge=0, le=MAX_QUOTA_GPUS, description="GPUs the project can always get (null: 0)."
     )
     max_cpus: float | None = Field(
         default=None,
+        strict=True,
         ge=0,
         le=MAX_QUOTA_CPUS,
         description="Most CPUs its running jobs hold, borrowing included (null: no limit).",
     )
     max_gpus: float | None = Field(
-        default=None, ge=0, le=MAX_QUOTA_GPUS, description="Most GPUs its running jobs hold (null: no limit)."
+        default=None,
+        strict=True,
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="Most GPUs its running jobs hold (null: no limit).",
     )
     max_running: int | None = Field(
-        default=None, ge=0, le=MAX_QUOTA_JOBS, description="Most jobs running at once (null: no limit)."
+        default=None, strict=True, ge=0, le=MAX_QUOTA_JOBS, description="Most jobs running at once (null: no limit)."
     )
     max_queued: int | None = Field(
         default=None,
+        strict=True,
         ge=0,
         le=MAX_QUOTA_JOBS,
         description="Most jobs waiting in the queue; one more submit gets 429 quota_exceeded (null: no limit).",
