@@ -4,22 +4,10 @@ what ``GET`` answers, and ``GET /v1/usage``'s report."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.common import Strict
-
-
-def _not_bool(value: object) -> object:
-    """JSON's true and false are no numbers (pydantic would read them as 1 and 0)."""
-    if isinstance(value, bool):
-        raise ValueError("give a number, not true or false")
-    return value
-
-
-Amount = Annotated[float, BeforeValidator(_not_bool)]
-Count = Annotated[int, BeforeValidator(_not_bool)]
 
 MAX_QUOTA_CPUS = 1_000_000.0
 MAX_QUOTA_GPUS = 100_000.0
@@ -35,33 +23,43 @@ class QuotaSpec(Strict):
     start before any other project's and may take back borrowed room by preemption); ``max_*``:
     what it may reach by borrowing idle capacity. Null maxima are unlimited; a null guarantee is 0."""
 
-    guaranteed_cpus: Amount | None = Field(
+    guaranteed_cpus: float | None = Field(
         default=None, ge=0, le=MAX_QUOTA_CPUS, description="CPUs the project can always get (null: 0)."
     )
-    guaranteed_gpus: Amount | None = Field(
+    guaranteed_gpus: float | None = Field(
         default=None, ge=0, le=MAX_QUOTA_GPUS, description="GPUs the project can always get (null: 0)."
     )
-    max_cpus: Amount | None = Field(
+    max_cpus: float | None = Field(
         default=None,
         ge=0,
         le=MAX_QUOTA_CPUS,
         description="Most CPUs its running jobs hold, borrowing included (null: no limit).",
     )
-    max_gpus: Amount | None = Field(
+    max_gpus: float | None = Field(
         default=None,
         ge=0,
         le=MAX_QUOTA_GPUS,
         description="Most GPUs its running jobs hold (null: no limit).",
     )
-    max_running: Count | None = Field(
+    max_running: int | None = Field(
         default=None, ge=0, le=MAX_QUOTA_JOBS, description="Most jobs running at once (null: no limit)."
     )
-    max_queued: Count | None = Field(
+    max_queued: int | None = Field(
         default=None,
         ge=0,
         le=MAX_QUOTA_JOBS,
         description="Most jobs waiting in the queue; one more submit gets 429 quota_exceeded (null: no limit).",
     )
+
+    @field_validator(
+        "guaranteed_cpus", "guaranteed_gpus", "max_cpus", "max_gpus", "max_running", "max_queued", mode="before"
+    )
+    @classmethod
+    def _not_bool(cls, value: object) -> object:
+        """JSON's true and false are no numbers (pydantic would read them as 1 and 0)."""
+        if isinstance(value, bool):
+            raise ValueError("give a number, not true or false")
+        return value
 
 
 class QuotaPublic(QuotaSpec):
