@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from api.schemas.common import Strict
 
@@ -36,7 +36,10 @@ class QuotaSpec(Strict):
         description="Most CPUs its running jobs hold, borrowing included (null: no limit).",
     )
     max_gpus: float | None = Field(
-        default=None, ge=0, le=MAX_QUOTA_GPUS, description="Most GPUs its running jobs hold (null: no limit)."
+        default=None,
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="Most GPUs its running jobs hold (null: no limit).",
     )
     max_running: int | None = Field(
         default=None, ge=0, le=MAX_QUOTA_JOBS, description="Most jobs running at once (null: no limit)."
@@ -47,6 +50,16 @@ class QuotaSpec(Strict):
         le=MAX_QUOTA_JOBS,
         description="Most jobs waiting in the queue; one more submit gets 429 quota_exceeded (null: no limit).",
     )
+
+    @field_validator(
+        "guaranteed_cpus", "guaranteed_gpus", "max_cpus", "max_gpus", "max_running", "max_queued", mode="before"
+    )
+    @classmethod
+    def _not_bool(cls, value: object) -> object:
+        """JSON's true and false are no numbers (pydantic would read them as 1 and 0)."""
+        if isinstance(value, bool):
+            raise ValueError("give a number, not true or false")
+        return value
 
 
 class QuotaPublic(QuotaSpec):

@@ -3,10 +3,12 @@ the CPU- and GPU-seconds used by project over a time range."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from pydantic import BeforeValidator
 
 from api.errors import project_not_found
 from api.schemas import PROJECT_RE, QuotaPublic, QuotaSpec, UsagePublic
@@ -20,7 +22,21 @@ from service.tenancy import quotas, usage
 router = APIRouter(tags=["projects"])
 
 Project = Annotated[str, Path(pattern=PROJECT_RE, max_length=63, description="The project slug.")]
-Instant = Annotated[datetime | None, Query(description="ISO 8601 date-time (UTC when no offset is given).")]
+
+
+def _iso_only(value: object) -> object:
+    """A date-time as ISO 8601 text: a bare number (which pydantic would read as Unix
+    seconds) is refused, as the documented format says."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", value):
+        raise ValueError("give an ISO 8601 date-time, e.g. 2026-11-26T14:00:00Z")
+    return value
+
+
+Instant = Annotated[
+    datetime | None,
+    BeforeValidator(_iso_only),
+    Query(description="ISO 8601 date-time (UTC when no offset is given)."),
+]
 ProjectFilter = Annotated[str | None, Query(pattern=PROJECT_RE, max_length=63, description="Only this project.")]
 
 
