@@ -39,9 +39,12 @@ from api.schemas import (
     JobSpec,
     JobStatus,
     MetricPoint,
+    QuotaPublic,
+    QuotaSpec,
     TrainSpec,
     TrialMetricPoint,
     TrialPublic,
+    UsagePublic,
     WorkerGroupPublic,
     parse_job_spec,
 )
@@ -174,6 +177,26 @@ class Client:
 
     def cluster(self) -> ClusterInfo:
         return ClusterInfo.model_validate(self.request("GET", "/v1/cluster").json())
+
+    # ------------------------------------------------------------------ quotas and usage
+
+    def quota(self, project: str) -> QuotaPublic:
+        """A project's quota, with what it uses now and its decayed recent usage."""
+        return QuotaPublic.model_validate(self.request("GET", f"/v1/projects/{project}/quota").json())
+
+    def set_quota(self, project: str, quota: QuotaSpec) -> QuotaPublic:
+        """Set a project's whole quota (fields left out: no limit, or a guarantee of 0)."""
+        body = quota.model_dump(mode="json")
+        return QuotaPublic.model_validate(self.request("PUT", f"/v1/projects/{project}/quota", json=body).json())
+
+    def usage(self, *, since: Any = None, until: Any = None, project: str | None = None) -> UsagePublic:
+        """CPU- and GPU-seconds by project within [since, until] (datetimes or ISO strings)."""
+        params = {
+            k: (v.isoformat() if hasattr(v, "isoformat") else v)
+            for k, v in {"since": since, "until": until, "project": project}.items()
+            if v is not None
+        }
+        return UsagePublic.model_validate(self.request("GET", "/v1/usage", params=params).json())
 
     # ------------------------------------------------------------------ the event log
 

@@ -78,6 +78,12 @@ class Busy(RaydockError):
             self.retry_after_s = retry_after_s
 
 
+class QuotaExceeded(RaydockError):
+    """A submit past its project's ``max_queued``: the message names the quota and the usage."""
+
+    status, code = 429, "quota_exceeded"
+
+
 class CodeTooLarge(InvalidSpec):
     """A job's code over the size or file-count cap (413 on upload; 422 for a server path)."""
 
@@ -86,7 +92,16 @@ class CodeTooLarge(InvalidSpec):
 
 _BY_CODE: dict[str, type[RaydockError]] = {
     c.code: c
-    for c in (InvalidSpec, CapacityExceeded, NotFound, Conflict, Unauthorized, ClusterUnavailable, CodeTooLarge)
+    for c in (
+        InvalidSpec,
+        CapacityExceeded,
+        NotFound,
+        Conflict,
+        Unauthorized,
+        ClusterUnavailable,
+        CodeTooLarge,
+        QuotaExceeded,
+    )
 }
 # A more specific code of a known kind (e.g. `job_not_found`) maps by its HTTP status.
 _BY_STATUS: dict[int, type[RaydockError]] = {

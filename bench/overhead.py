@@ -9,7 +9,9 @@ the model wrapped by Ray's ``prepare_model``, (d) the same with workers reniced 
 (e) the same job with the model placed by ``trainers.parallel.parallelize`` and stepped
 by ``ParallelModel.local_step``, as raydock's built-in loops do. Prints walls,
 steady-state step times, their ratios, and POST -> first metric latency on a warm
-cluster (a job has run before).
+cluster (a job has run before). The first raydock job runs on the fresh cluster (cold),
+(c) on a warm one: their walls, first metrics and start-up phases side by side, and the
+ratio of each one's wall to vanilla DDP's (the same short job done by hand).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from api.schemas.events import PHASE_NAMES
 from bench import workload
 from bench.jobs import run_job
 from service.cluster.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
@@ -87,6 +90,7 @@ def raydock_job(url: str, **config) -> dict:
     return {
         "wall_s": run.wall_s,
         "first_metric_s": run.first_metric_s,
+        "start_phases": run.job.get("start_phases") or {},
         **{k: last.get(k) for k in ("steady_step_s", "nice", "threads")},
     }
 
@@ -97,7 +101,7 @@ def main() -> int:
         server = ServerProcess(Path(tmp) / "server", head.dashboard_url).start()
         try:
             print(f"workload: 2 workers, {workload.STEPS} steps; warming the cluster...", flush=True)
-            raydock_job(server.url)  # warm-up: worker processes, imports, runtime env cache
+            cold = raydock_job(server.url)  # the first job on the fresh cluster; warms the runtime env cache
             a = vanilla()
             b = raw_trainer(head.gcs_address, str(Path(tmp) / "storage"))
             c = raydock_job(server.url)
@@ -128,6 +132,13 @@ def main() -> int:
         f"steady step (e)/(c)           {e['steady_step_s'] / c['steady_step_s']:.3f}   (parallelize vs prepare_model)"
     )
     print(f"POST -> first metric          {c['first_metric_s']:.2f} s (target <= 5 s, warm cluster)")
+    print(f"\n{'cold vs warm (raydock job)':28} {'cold':>8} {'warm (c)':>9}")
+    print(f"{'wall s':28} {cold['wall_s']:8.2f} {c['wall_s']:9.2f}")
+    print(f"{'wall / vanilla DDP wall':28} {cold['wall_s'] / a['wall_s']:8.3f} {c['wall_s'] / a['wall_s']:9.3f}")
+    print(f"{'POST -> first metric s':28} {cold['first_metric_s']:8.2f} {c['first_metric_s']:9.2f}")
+    for name in PHASE_NAMES:
+        cells = [f"{r['start_phases'][name]:8.2f}" if name in r["start_phases"] else f"{'-':>8}" for r in (cold, c)]
+        print(f"{'  ' + name:28} {cells[0]} {cells[1]:>9}")
     return 0
 
 

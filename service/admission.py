@@ -9,7 +9,7 @@ concurrent trials, each with one driver CPU on top of its Train workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,6 +17,7 @@ from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, FailureCause, JobSpec, TuneSpec
 from api.schemas.scaling import ACCELERATOR_PREFIX, ScalingSpec
 from service import node_fit
+from service.tenancy.fair_share import ProjectLoad, order_key
 
 Resources = tuple[float, float]  # (CPUs, GPUs)
 # What a job asks beyond CPUs and GPUs, by Ray resource name: memory (bytes), custom
@@ -188,6 +189,8 @@ class Queued:
     scheduling_timeout_s: float | None = None
     reason: str | None = None  # its status reason now
     extra: Extra = field(default_factory=dict)  # beyond CPUs and GPUs (extra_demand)
+    project: str = "default"
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,10 @@ class Plan:
     start: list[str] = field(default_factory=list)  # in this order
     reasons: dict[str, str] = field(default_factory=dict)  # job id -> new status reason
     seen: set[str] = field(default_factory=set)  # the jobs it looked at; the rest wait BEHIND
+    borrowed: set[str] = field(default_factory=set)  # started beyond their project's guarantee
+    # The first job that does not fit although it is within its project's guarantee, and
+    # the (CPUs, GPUs) it is short of: borrowed room to take back (service/preemption.py).
+    wants: tuple[Queued, Resources] | None = None
 
 
 def overdue(candidates: Iterable[Queued], now: datetime) -> list[Failure]:
@@ -233,28 +240,64 @@ def free(cluster: ClusterInfo, held: list[Resources], addable: Resources) -> Res
     return cpus, gpus
 
 
-def plan(queue: Iterable[Queued], available: Resources, extra: Extra | None = None) -> Plan:
+def fair_order(heads: dict[str, Iterator[Queued]], loads: dict[str, ProjectLoad]) -> Iterator[Queued]:
+    """The waiting jobs of every project (``heads``: each project's jobs in priority and
+    arrival order) merged in fair-share order (``fair_share.order_key``), read from the
+    loads as they stand when each next job is asked for: ``plan`` updates them as it
+    starts jobs, and a project whose job waits for its quota drops out."""
+    nxt = {p: next(it, None) for p, it in heads.items()}
+    while True:
+        live = [(p, j) for p, j in nxt.items() if j is not None and not loads[p].blocked]
+        if not live:
+            return
+        p, job = min(
+            live,
+            key=lambda pj: order_key(loads[pj[0]], pj[1].cpus, pj[1].gpus, pj[1].priority, pj[1].queued_at, pj[1].id),
+        )
+        yield job
+        nxt[p] = next(heads[p], None)
+
+
+def plan(
+    queue: Iterable[Queued],
+    available: Resources,
+    extra: Extra | None = None,
+    loads: dict[str, ProjectLoad] | None = None,
+) -> Plan:
     """Which jobs of ``queue`` (in queue order, those that can ever fit) start now with
     ``available`` (CPUs, GPUs) and ``extra`` (``extra_free``) free. One pass that stops at
     the first job that does not fit: a later job never overtakes a waiting one, so the
-    rest of the queue (which the caller need not even read) waits ``BEHIND`` it. Lists
-    only reasons that change."""
+    rest of the queue (which the caller need not even read) waits ``BEHIND`` it. With
+    ``loads`` (each project's load and quota), a job over its project's running limits
+    waits for its quota without holding up other projects. Lists only reasons that change."""
     out = Plan()
     free_cpus, free_gpus = available
     free_extra = dict(extra or {})
     for job in queue:
         out.seen.add(job.id)
+        load = loads.get(job.project) if loads is not None else None
+        if load is not None and (reason := load.quota_block(job.cpus, job.gpus)) is not None:
+            load.blocked = True
+            if job.reason != reason:
+                out.reasons[job.id] = reason
+            continue
         short = {k: v for k, v in job.extra.items() if v > free_extra.get(k, 0.0) + EPS}
         if job.cpus > free_cpus + EPS or job.gpus > free_gpus + EPS:
             reason = (
                 f"waiting for resources: needs {job.cpus:g} CPUs / {job.gpus:g} GPUs, "
                 f"{max(free_cpus, 0):g} / {max(free_gpus, 0):g} free"
             )
+            if load is not None and load.within_guarantee(job.cpus, job.gpus):
+                out.wants = (job, (max(job.cpus - free_cpus, 0.0), max(job.gpus - free_gpus, 0.0)))
         elif short:
             have = {k: max(free_extra.get(k, 0.0), 0.0) for k in short}
             reason = f"waiting for resources: needs {extra_words(short)}, {extra_words(have)} free"
         else:
             out.start.append(job.id)
+            if load is not None:
+                if not load.within_guarantee(job.cpus, job.gpus):
+                    out.borrowed.add(job.id)
+                load.admit(job.cpus, job.gpus)
             free_cpus, free_gpus = free_cpus - job.cpus, free_gpus - job.gpus
             for k, v in job.extra.items():
                 free_extra[k] = free_extra.get(k, 0.0) - v

@@ -31,19 +31,26 @@ from sqlalchemy import select, update
 
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
-from api.schemas.events import LAUNCH_URI_ENV
+from api.schemas.events import LAUNCH_URI_ENV, PREEMPT_URI_ENV
 from service import lifecycle, rank_plan, storage
 from service.code.packages import altered
 from service.code.user_code import check_user_code
+from service.db import phases
 from service.db.models import JobRow
 from service.db.specs import stored_spec
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.jobs import JobService
+from service.preemption import marker_uri
 
 log = logging.getLogger("raydock.attempts")
 
-ACTIVE = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+ACTIVE = (
+    JobStatus.STARTING.value,
+    JobStatus.RUNNING.value,
+    JobStatus.CANCELLING.value,
+    JobStatus.PREEMPTED.value,
+)
 # Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
 # "fail_after_submit" raises once per job between the Ray submit and the database write;
 # "delay_after_submit=<s>" waits there (so a cancel can land during a submit).
@@ -92,6 +99,7 @@ class Attempts:
         if prepared.previous:
             self.backend.stop(prepared.previous)  # one driver per job, whatever the last attempt left
         metadata = {"raydock_job": job_id, "raydock_attempt": str(prepared.attempt), "raydock_store": self.store_id}
+        sent = time.time()  # the submitted phase: a driver may start before Ray's answer is back
         try:
             self.backend.submit(
                 prepared.submission_id, prepared.kind, prepared.runtime_env, metadata, prepared.resources
@@ -106,7 +114,7 @@ class Attempts:
             )
             return
         self._inject_faults(job_id)
-        self.confirm(job_id, prepared.submission_id, prepared.attempt)
+        self.confirm(job_id, prepared.submission_id, prepared.attempt, sent)
 
     def _inject_faults(self, job_id: str) -> None:
         if self._delay_after_submit:
@@ -140,6 +148,8 @@ class Attempts:
                 ).rowcount
                 if fixed == 1:
                     record(s, "admitted", job_id=job_id, attempt=attempt)
+                    row = s.get(JobRow, job_id)
+                    row.start_phases = phases.added(row.start_phases, "admitted") or row.start_phases
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
         else:
@@ -149,7 +159,8 @@ class Attempts:
             return None
         train = code_spec(spec)
         runtime_env = dict(train.runtime_env or {})
-        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **self._env(kind, uri)}
+        env = {**self._env(kind, uri), PREEMPT_URI_ENV: marker_uri(self.service.prefix(job_id), attempt)}
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
         if train.working_dir:
             runtime_env["working_dir"] = train.working_dir
         elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node
@@ -220,14 +231,17 @@ class Attempts:
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
         }
 
-    def confirm(self, job_id: str, sid: str, attempt: int) -> None:
-        """Ray has the attempt: count it. A job cancelled meanwhile gets its Ray job stopped."""
+    def confirm(self, job_id: str, sid: str, attempt: int, sent: float | None = None) -> None:
+        """Ray has the attempt: count it (``submitted`` at ``sent``, when its submit went
+        out). A job cancelled meanwhile gets its Ray job stopped."""
         with self.sessions.begin() as s:
             job = s.get(JobRow, job_id)
             if job is None:
                 started = False
             else:
                 also = {"attempt": attempt, "ray_job_id": sid, "submission_id": None, "log_offset": 0}
+                if (submitted := phases.added(job.start_phases, "submitted", sent)) is not None:
+                    also["start_phases"] = submitted
                 started = job.submission_id == sid and lifecycle.transition(
                     s, job, JobStatus.STARTING, reason="submitted to Ray", also=also
                 )

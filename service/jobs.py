@@ -30,7 +30,7 @@ from service import admission, lifecycle, node_fit, queue, storage
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
-from service.db import job_records, purge
+from service.db import job_records, phases, purge
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
@@ -43,6 +43,7 @@ from service.events.tokens import token_matches
 from service.job_reads import JobReads
 from service.settings import Settings
 from service.telemetry import instruments
+from service.tenancy import quotas
 from service.tracking import enrol as tracking
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
@@ -124,9 +125,11 @@ class JobService(JobReads):
             "idempotency_hash": digest,
             "created_at": now,
             "queued_at": now,
+            "start_phases": phases.fresh(now.timestamp()),
         }
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
+                quotas.check_queue_room(s, spec.project, self.settings.default_quota)  # 429 past max_queued
                 job = job_records.insert_job(s.connection(), row)
                 if (code := code_spec(spec).code) is not None:
                     self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))

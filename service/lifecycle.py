@@ -16,21 +16,28 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
+from service.db import phases
 from service.db.models import JobRow, TransitionRow, utcnow
 from service.eventlog.log import SYSTEM, record
 from service.telemetry import transitions as telemetry
+from service.tenancy import usage
 
 S = JobStatus
 C = FailureCause
 LEGAL: dict[JobStatus, set[JobStatus]] = {
     S.QUEUED: {S.STARTING, S.CANCELLED, S.FAILED},
     S.STARTING: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
-    S.RUNNING: {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
+    S.RUNNING: {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED, S.PREEMPTED},
+    # Preempted: it checkpoints, its Ray job is stopped, and it waits in the queue again.
+    S.PREEMPTED: {S.QUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
     S.CANCELLING: {S.CANCELLED, S.SUCCEEDED, S.FAILED},
     S.SUCCEEDED: set(),
     S.FAILED: {S.QUEUED},  # resume: a new attempt from the last checkpoint
     S.CANCELLED: {S.QUEUED},
 }
+
+# Where an attempt runs (and its usage is counted): leaving them ends its count.
+RUNNING_STATES = frozenset({S.RUNNING, S.CANCELLING, S.PREEMPTED})
 
 # The status reason of a failure by its cause; INFRASTRUCTURE says what Ray said instead.
 FAILURE_REASON: dict[FailureCause, str] = {
@@ -49,6 +56,7 @@ _LIFECYCLE_FIELDS = (
     "finished_at",
     "queued_at",
     "attempt_started_at",
+    "start_phases",
     "failure_cause",
     "error",
 )
@@ -85,6 +93,7 @@ def transition(
     if target not in LEGAL[current]:
         raise IllegalTransition(job.id, current, target)
     values = _values(target, reason, cause, error, also, first_start=job.started_at is None)
+    ran_since = job.attempt_started_at if current in RUNNING_STATES and target not in RUNNING_STATES else None
     session.flush()  # the job's other pending changes go first, under the same transaction
     result = session.execute(
         update(JobRow).where(JobRow.id == job.id, JobRow.status == current.value).values(**values),
@@ -95,6 +104,8 @@ def transition(
         return False
     for key, value in values.items():
         set_committed_value(job, key, value)
+    if ran_since is not None:  # the attempt's last stretch, in the transaction that ends it
+        usage.accrue(session, job, values.get("finished_at") or utcnow(), attempt_started_at=ran_since)
     session.add(TransitionRow(job_id=job.id, from_status=current.value, to_status=target.value, reason=reason))
     telemetry.moved(
         session,
@@ -145,6 +156,7 @@ def _values(
             values["started_at"] = now
     if target == S.QUEUED:
         values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
+        values["start_phases"] = phases.fresh(now.timestamp())  # a new attempt's phases count from here
     if target.is_terminal():
         values["finished_at"] = now
     if target == S.FAILED:
@@ -212,13 +224,16 @@ def record_cause(job: JobRow, cause: FailureCause, error: str) -> None:
     job.failure_cause, job.error = cause.value, error
 
 
+STOPPING = (S.CANCELLING, S.PREEMPTED)  # the server is stopping its Ray job
+
+
 def from_ray(ray_status: str, current: JobStatus) -> JobStatus:
     """Our status for a Ray job status, given where the job stands now."""
     match ray_status:
         case "PENDING":
-            return current if current == S.CANCELLING else S.STARTING
+            return current if current in STOPPING else S.STARTING
         case "RUNNING":
-            return current if current == S.CANCELLING else S.RUNNING
+            return current if current in STOPPING else S.RUNNING
         case "SUCCEEDED":
             return S.SUCCEEDED
         case "FAILED":
@@ -226,6 +241,16 @@ def from_ray(ray_status: str, current: JobStatus) -> JobStatus:
         case "STOPPED":
             return S.CANCELLED
     raise ValueError(f"unknown Ray job status {ray_status!r}")
+
+
+# A preempted job's next attempt is prepared afresh: a new submission id and events token.
+REQUEUE = {
+    "submission_id": None,
+    "events_token_hash": None,
+    "queue_position": None,
+    "preempt_deadline": None,
+    "borrowed": False,
+}
 
 
 @dataclass(frozen=True)
@@ -237,6 +262,7 @@ class Decision:
     reason: str | None = None
     cause: FailureCause | None = None
     error: str | None = None
+    also: dict[str, Any] | None = None
 
 
 def decide(job: JobRow, ray_status: str, ray_message: str | None, log_tail: str) -> Decision:
@@ -251,6 +277,8 @@ def decide(job: JobRow, ray_status: str, ray_message: str | None, log_tail: str)
         if cause == C.INFRASTRUCTURE:
             reason = (ray_message or reason).splitlines()[0] if (ray_message or "").strip() else reason
         return Decision(S.FAILED, reason, cause, job.error or ray_message or log_tail)
+    if target == S.CANCELLED and current == S.PREEMPTED:
+        return Decision(S.QUEUED, "preempted: back in the queue, resumes from its last checkpoint", also=REQUEUE)
     if target == S.CANCELLED and recorded == C.TIMEOUT:
         return Decision(S.FAILED, FAILURE_REASON[C.TIMEOUT], C.TIMEOUT, job.error)
     if target == S.CANCELLED:

@@ -30,14 +30,17 @@ from service.db.models import JobRow, aware, store_id, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
 from service.jobs import JobService
+from service.preemption import Preemptions
 from service.queue_keeper import QueueKeeper
 from service.telemetry import instruments
+from service.tenancy import usage
 
 log = logging.getLogger("raydock.monitor")
 
 LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
 RECONCILE_EVERY_S = 5.0
+ACCOUNT_EVERY_S = 2.0  # running attempts' usage is counted this often (an attempt's end at once)
 # A lone submit is started at once (it wakes a waiting monitor); a burst is taken in
 # batches, at most one tick per gap: each tick reads the queue's head (~10 ms with 10k
 # queued), which at 20 a second was a fifth of the API's CPU during a burst of submits.
@@ -81,7 +84,15 @@ class Monitor:
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
-        self.queue = QueueKeeper(service.sessions, service.backend, ACTIVE)
+        self.queue = QueueKeeper(
+            service.sessions,
+            service.backend,
+            ACTIVE,
+            service.settings.default_quota,
+            service.settings.fair_share_half_life_s,
+        )
+        self.preemptions = Preemptions(service)
+        self._accounted_at = float("-inf")
         self._outage = Outage()
 
     def wake(self) -> None:
@@ -129,9 +140,25 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
+        self.account()
         for job_id in self.queue.admit():
             self._dispatch(job_id)
+        if self.queue.preempt is not None:
+            victims, for_job, for_project = self.queue.preempt
+            self.preemptions.preempt(victims, for_job, for_project)
         self.collect_code()
+
+    def account(self) -> None:
+        """Every ACCOUNT_EVERY_S, count the running attempts' usage up to now and add what
+        was counted to the projects' decayed usage (service/tenancy/usage.py)."""
+        if time.monotonic() - self._accounted_at < ACCOUNT_EVERY_S:
+            return
+        self._accounted_at = time.monotonic()
+        running = tuple(s.value for s in lifecycle.RUNNING_STATES)
+        with self.sessions.begin() as s:
+            now = utcnow()
+            usage.accrue_running(s, running, now)
+            usage.bill(s, now, self.settings.fair_share_half_life_s)
 
     def collect_code(self) -> None:
         """Now and then, delete the code packages no job references (service/code/packages.py)."""
@@ -229,6 +256,10 @@ class Monitor:
         if current == JobStatus.CANCELLING and not target.is_terminal():
             self.backend.stop(submission_id)  # a stop lost to a restart is asked again
             return
+        if current == JobStatus.PREEMPTED and not target.is_terminal():
+            if self.preemptions.stop_due(job_id):  # its checkpoint is in, or its grace is over
+                self.backend.stop(submission_id)
+            return
         if not target.is_terminal() and self._past_max_runtime(job_id):
             self.backend.stop(submission_id)
             return
@@ -240,7 +271,13 @@ class Monitor:
             decision = lifecycle.decide(job, state.status, state.message, log_tail)
             if decision.target is not None:
                 lifecycle.transition(
-                    s, job, decision.target, reason=decision.reason, cause=decision.cause, error=decision.error
+                    s,
+                    job,
+                    decision.target,
+                    reason=decision.reason,
+                    cause=decision.cause,
+                    error=decision.error,
+                    also=decision.also,
                 )
 
     def _past_max_runtime(self, job_id: str) -> bool:

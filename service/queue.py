@@ -35,6 +35,7 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
         "priority": getattr(spec, "priority", 0),
         "scheduling_timeout_s": spec.scheduling_timeout_s,
         "max_runtime_s": spec.max_runtime_s,
+        "project": spec.project,
     }
 
 
@@ -53,6 +54,8 @@ def _queued(row) -> admission.Queued:
         row.scheduling_timeout_s,
         row.status_reason,
         extra=row.demand_extra or {},
+        project=row.project,
+        priority=row.priority,
     )
 
 
@@ -65,15 +68,19 @@ _QUEUED_COLUMNS = (
     JobRow.scheduling_timeout_s,
     JobRow.status_reason,
     JobRow.demand_extra,
+    JobRow.project,
 )
 
 
-def head(s: Session, skip: set[str]) -> Iterator[admission.Queued]:
-    """The waiting jobs in queue order, read a few at a time: admission stops at the
-    first that does not fit, so a tick reads the head of the queue, not all of it."""
+def head(s: Session, skip: set[str], project: str | None = None) -> Iterator[admission.Queued]:
+    """The waiting jobs in queue order (of one ``project``, or all), read a few at a time:
+    admission stops at the first that does not fit, so a tick reads the head of the queue,
+    not all of it."""
     after: tuple | None = None
     while True:
         q = in_order(select(*_QUEUED_COLUMNS).where(JobRow.status == QUEUED, JobRow.submission_id.is_(None)))
+        if project is not None:
+            q = q.where(JobRow.project == project)
         if after is not None:
             q = q.where(_after_in_order(*after))
         rows = s.execute(q.limit(HEAD_BATCH)).all()

@@ -18,11 +18,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from api.errors import ClusterUnavailable
-from api.schemas import FailureCause, JobSpec, JobStatus
+from api.schemas import FailureCause, JobSpec, JobStatus, QuotaSpec
 from service import admission, lifecycle, queue
 from service.cluster.ray_backend import RayBackend
 from service.db.models import JobRow, utcnow
 from service.db.specs import stored_spec
+from service.tenancy import fair_share, quotas
 
 log = logging.getLogger("raydock.monitor")
 
@@ -31,10 +32,21 @@ BIG_MOVE, POSITIONS_EVERY_S = 1000, 2.0  # places rewritten for the whole queue 
 
 
 class QueueKeeper:
-    def __init__(self, sessions, backend: RayBackend, active: tuple[str, ...]):
+    def __init__(
+        self,
+        sessions,
+        backend: RayBackend,
+        active: tuple[str, ...],
+        default_quota: QuotaSpec | None = None,
+        half_life_s: float = 3600.0,
+    ):
         self.sessions = sessions
         self.backend = backend
         self.active = active
+        self.default_quota = default_quota or QuotaSpec()
+        self.half_life_s = half_life_s
+        # Borrowed jobs to preempt for a project under its guarantee: (victims, the job, its project).
+        self.preempt: tuple[list[str], str, str] | None = None
         self._marks: queue.Marks | None = None  # None: the next pass reads the whole queue
         self._full_pass_at = float("-inf")
         self._rest_reason: str | None = None
@@ -70,9 +82,33 @@ class QueueKeeper:
         skip = {f.job_id for f in late} | set(too_big)
         with self.sessions() as s:
             free_extra = admission.extra_free(info, held_extra)
-            plan = admission.plan(queue.head(s, skip=skip), admission.free(info, held, extra), free_extra)
+            loads = quotas.loads(s, self.active, self.default_quota, self.half_life_s)
+            heads = {p: queue.head(s, skip=skip, project=p) for p in loads}
+            order = admission.fair_order(heads, loads)
+            plan = admission.plan(order, admission.free(info, held, extra), free_extra, loads)
+            self.preempt = self._victims(s, plan, loads)
         self._tell(plan, admission.BEHIND, touched, now_marks)
         return in_flight + plan.start
+
+    def _victims(self, s: Session, plan: admission.Plan, loads) -> tuple[list[str], str, str] | None:
+        """The borrowed jobs to preempt for the first waiting job within its project's
+        guarantee; none while an earlier preemption is still stopping its jobs."""
+        if plan.wants is None:
+            return None
+        job, need = plan.wants
+        preempted = JobStatus.PREEMPTED.value
+        if s.scalar(select(JobRow.id).where(JobRow.status == preempted).limit(1)) is not None:
+            plan.reasons[job.id] = (
+                f"waiting for preempted borrowed jobs to stop: project {job.project} is under its guarantee"
+            )
+            return None
+        chosen = fair_share.victims(quotas.running(s, (JobStatus.RUNNING.value,)), loads, need, job.project)
+        if not chosen:
+            return None
+        plan.reasons[job.id] = (
+            f"waiting for preempted borrowed jobs to stop: project {job.project} is under its guarantee"
+        )
+        return chosen, job.id, job.project
 
     def fail_queued(self, failures: list[admission.Failure]) -> None:
         """Fail these jobs if they are still waiting (a record this server cannot read,
@@ -91,6 +127,10 @@ class QueueKeeper:
         touched since the last pass and those the last plan looked at), and the places."""
         full = touched is None or rest != self._rest_reason
         with self.sessions.begin() as s:
+            if plan.start:  # started beyond their project's guarantee, or not
+                s.execute(update(JobRow).where(JobRow.id.in_(plan.start)).values(borrowed=False))
+            if plan.borrowed:
+                s.execute(update(JobRow).where(JobRow.id.in_(plan.borrowed)).values(borrowed=True))
             for job_id, reason in plan.reasons.items():
                 waiting = (JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value)
                 s.execute(update(JobRow).where(*waiting).values(status_reason=reason))

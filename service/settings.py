@@ -8,8 +8,10 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.schemas.quotas import QuotaSpec
 
 
 class Settings(BaseSettings):
@@ -110,6 +112,33 @@ class Settings(BaseSettings):
             "driver (Ray Train local mode, torchrun's environment) instead of Train controller and worker actors."
         ),
     )
+    default_quota: QuotaSpec = Field(
+        default_factory=QuotaSpec,
+        description="The quota of a project with none of its own (JSON, the body of PUT /v1/projects/{name}/quota); "
+        "unset: unlimited, guarantee 0.",
+    )
+    fair_share_half_life_s: float = Field(
+        default=3600.0,
+        le=366 * 86_400,
+        description="Half-life of the recent usage that orders projects in the queue.",
+    )
+    preemption_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="How long a preempted job has to write a last checkpoint before its Ray job is stopped.",
+    )
+
+    @field_validator("fair_share_half_life_s")
+    @classmethod
+    def _half_life(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(
+                "RAYDOCK_FAIR_SHARE_HALF_LIFE_S must be more than 0 seconds: 0 would switch fair share off "
+                "(recent usage would never count). Set it to how long usage should weigh, e.g. 3600."
+            )
+        return v
+
     autoscaler_config: str | None = Field(
         default=None,
         description="The Ray autoscaler's cluster config (YAML/JSON), for the node limits its status report leaves out.",

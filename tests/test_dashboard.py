@@ -146,6 +146,11 @@ def test_a_job_page_charts_live_follows_the_log_downloads_a_checkpoint_and_reloa
     info.value.save_as(saved)
     with tarfile.open(saved) as archive:
         assert any(name.endswith("state.pt") for name in archive.getnames())
+    # Where the start-up went: every phase the job reached, in order, seconds after the POST.
+    phases = page.locator("section.panel", has_text="Start-up phases")
+    phases.locator("td", has_text="first_metric").wait_for(timeout=WAIT_MS)
+    shown = [c.strip() for c in phases.locator("tbody tr td:first-child").all_inner_texts()]
+    assert shown == list(job.refresh().info.start_phases) and shown[0] == "queued" and shown[-1] == "first_metric"
     tab.shot("job")
 
     page.reload()  # the deep link is served the app, which draws the stored series

@@ -15,7 +15,9 @@ import yaml
 
 from api.client import Client
 from api.schemas import DigitsData, MLPModel
+from api.schemas.events import PHASE_NAMES
 from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
+from tests.phases_check import assert_phases
 from tests.waiting import wait_for
 from trainers.data.tabular import load_arrays
 from trainers.models import build_model
@@ -31,8 +33,10 @@ def test_rest_digits_job_learns_and_checkpoint_reproduces_accuracy(server, tmp_p
     job = wait_for(
         lambda: (j := http.get(f"/v1/jobs/{job_id}").json())["status"] in ("SUCCEEDED", "FAILED") and j, 180, "job end"
     )
-    assert job["status"] == "SUCCEEDED", job
+    assert job["status"] == "SUCCEEDED", job["error"]
     assert job["attempt"] == 1
+    # Every phase, from the server, the driver, the Train controller and rank 0's first step.
+    assert_phases(job["start_phases"], *PHASE_NAMES)
 
     series = http.get(f"/v1/jobs/{job_id}/metrics").json()
     assert [p["epoch"] for p in series] == [1, 2, 3, 4, 5]
@@ -107,13 +111,15 @@ def test_cli_submit_follow(server, tmp_path):
     assert ckpts.returncode == 0, ckpts.stderr
     assert [c["epoch"] for c in json.loads(ckpts.stdout)] == [1, 2]
     status = subprocess.run(
-        [sys.executable, "-m", "service.cli", "status", job_id, "--json"],
-        env=env,
+        [sys.executable, "-m", "service.cli", "status", job_id],
+        env={**env, "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert json.loads(status.stdout)["status"] == "SUCCEEDED"
+    assert "SUCCEEDED" in status.stdout, status.stdout + status.stderr
+    start_up = next(line for line in status.stdout.splitlines() if "start-up" in line)
+    assert "queued 0.0s" in start_up and "first_metric" in start_up, start_up
 
     # Deleting a finished job removes its record and its checkpoint files.
     storage = server.data_dir / "storage" / job_id
@@ -127,6 +133,8 @@ def test_user_code_job_reports_reach_the_api(client: Client):
     job = client.submit(user_spec("userpkg.steps:train", config={"steps": 4, "lr": 0.3, "tag": "mine"}))
     job.wait(timeout=120)
     assert job.status.value == "SUCCEEDED", job.info.error
+    # first_step: rank 0's first ray.train.report, as the user's loop marks no phase itself.
+    assert_phases(job.info.start_phases, *PHASE_NAMES)
     points = job.metrics()
     assert [p.metrics["step"] for p in points] == [1, 2, 3, 4]
     assert all(p.metrics["tag"] == "mine" for p in points)

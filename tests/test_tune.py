@@ -21,6 +21,7 @@ from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
 from service.cluster.ray_backend import ray_auth_token
 from tests.conftest import CLUSTER_CPUS, user_spec
+from tests.phases_check import assert_phases
 from tests.waiting import wait_for
 
 BASE = {
@@ -59,6 +60,9 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
 
     trials = job.trials()
     assert len(trials) == 4 and {t.status for t in trials} == {"TERMINATED"}
+    # The search's own start-up, and each trial's seconds from its start to its first report.
+    assert_phases(job.info.start_phases, "driver_started", "first_metric")
+    assert all(t.first_metric_s is not None and t.first_metric_s > 0 for t in trials), trials
     lineage = job.lineage()
     assert lineage, "PBT recorded no exploit"
 

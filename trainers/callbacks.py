@@ -4,23 +4,29 @@
   and every worker failure that Ray Train retries;
 - ``WorkerGroupEvents``: every worker group start (the first, an elastic resize, a
   restart after a lost node), one node per rank, which is how the worker count over
-  time reaches the job's record.
+  time reaches the job's record; and the start-up phases ``workers_placed`` (the worker
+  actors are up) and ``process_group_ready`` (Ray Train's torch backend, an earlier
+  callback of the same hook, has initialised the process group on every rank);
+- ``FirstReport``: in each Train worker, the ``first_step`` phase at rank 0's first
+  report, for a loop that did not mark it itself (user code; the built-in loops mark it
+  after their first optimizer step).
 
-Both run in the controller process, numbered per kind so the server stores each once.
-They are made in the driver and carry its events channel there (the launch file is
-deleted once the driver has read it).
+The first two run in the controller process, numbered per kind so the server stores
+each once. They are made in the driver and carry its events channel there (the launch
+file is deleted once the driver has read it).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ray.train import UserCallback
 
 from api.schemas import CheckpointEvent, MetricEvent, WorkerFailureEvent, WorkerGroupEvent, WorkerNode
-from trainers import events
+from trainers import events, phases
 from trainers.launch import read_launch
-from trainers.ray_compat import WorkerGroupCallback
+from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback
 
 
 class ReportEvents(UserCallback):
@@ -47,7 +53,11 @@ class ReportEvents(UserCallback):
 
 def run_callbacks() -> list:
     """The callbacks of a job's own run (a search trial's run forwards reports to Tune instead)."""
-    return [ReportEvents(), *([WorkerGroupEvents()] if WorkerGroupCallback is not None else [])]
+    return [
+        ReportEvents(),
+        *([WorkerGroupEvents()] if WorkerGroupCallback is not None else []),
+        *([FirstReport()] if TrainContextCallback is not None else []),
+    ]
 
 
 if WorkerGroupCallback is not None:
@@ -59,10 +69,28 @@ if WorkerGroupCallback is not None:
             self.seq = 0
             self.channel = read_launch().channel
 
+        def before_init_train_context(self, workers) -> dict:
+            phases.bind(self.channel)
+            phases.mark("workers_placed")  # the actors answered: up and importing done
+            return {}
+
         def after_worker_group_start(self, worker_group) -> None:
+            phases.bind(self.channel)
+            phases.mark("process_group_ready")
             metas = [worker.metadata for worker in worker_group.get_workers()]
             nodes = [WorkerNode(ip=meta.node_ip, node_id=meta.node_id) for meta in metas]
             events.emit(
                 WorkerGroupEvent(type="worker_group", seq=self.seq, world_size=len(nodes), nodes=nodes), self.channel
             )
             self.seq += 1
+
+
+if TrainContextCallback is not None:
+
+    class FirstReport(TrainContextCallback):
+        """``first_step`` when rank 0 first reports, unless the loop marked it before."""
+
+        @contextlib.contextmanager
+        def on_report(self):
+            phases.mark("first_step")
+            yield

@@ -1,8 +1,8 @@
 """The one seam between raydock and Ray Train's internals (``ray.train.v2._internal``).
 
-Two things raydock needs have no public API in Ray 2.60: a hook when a worker group
-starts, and a way to hand a run its starting checkpoint (Train V2 dropped
-``resume_from_checkpoint``). Everything else imports Ray's public surface only; when a
+Three things raydock needs have no public API in Ray 2.60: hooks when a worker group
+starts, a hook in each worker as it reports, and a way to hand a run its starting
+checkpoint (Train V2 dropped ``resume_from_checkpoint``). Everything else imports Ray's public surface only; when a
 Ray upgrade moves these, this module is the one place to change.
 """
 
@@ -16,6 +16,11 @@ try:
     from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 except ImportError:  # a Ray without it: jobs run, only the worker_group events are missing
     WorkerGroupCallback = None
+try:
+    # Run in every Train worker around each ``ray.train.report`` (RunConfig passes it on too).
+    from ray.train.v2._internal.execution.callback import TrainContextCallback
+except ImportError:  # a Ray without it: a user loop's first_step phase is missing
+    TrainContextCallback = None
 
 
 def seed_checkpoint(checkpoint: Any) -> None:

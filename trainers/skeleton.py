@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from api.schemas import OptimizerSpec, TrainSpec
 from api.schemas.schedule import HyperparameterSchedule
-from trainers import checkpoint, efficiency, fast_path
+from trainers import checkpoint, efficiency, fast_path, phases, preemption
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
 
@@ -264,10 +264,16 @@ def train(
     rate_name, units_per_row = throughput
     window = Window()
     scheduler = Scheduler(spec.schedule)
+    # Asked to give its room back (trainers/preemption.py): a checkpoint at once.
+    watch = preemption.Watch(ReportClock(preemption.CHECK_EVERY_S, pm.device), pm.device)
+    first = True
     for step in steps:
         scheduler.before(pm.optimizer, step)
         window.add(pm.local_step(step.inputs, step.targets), len(step.targets))
-        if not cadence.report_due(step):
+        if first:
+            first = _first_step_done(pm.device)
+        preempted = watch.check(step.number)
+        if not (cadence.report_due(step) or preempted):
             continue
         train_loss = window.mean_loss(pm)  # waits for the window's last step
         elapsed = time.perf_counter() - window.t0
@@ -295,7 +301,7 @@ def train(
             "world_size": dist.get_world_size(),  # changes when an elastic job resizes
         }
         save = None
-        if cadence.checkpoint_due(step):
+        if cadence.checkpoint_due(step) or preempted:
             save = partial(
                 checkpoint.save,
                 pm=pm,
@@ -304,3 +310,11 @@ def train(
         report(metrics, save)
         window = Window()
         cadence.clock.restart(step.number)
+
+
+def _first_step_done(device: torch.device) -> bool:
+    """Mark the ``first_step`` start-up phase (rank 0); False, so it is marked once."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # once: the step done, not only queued
+    phases.mark("first_step")
+    return False

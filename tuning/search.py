@@ -12,6 +12,7 @@ from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
+from api.schemas.scaling import ACCELERATOR_PREFIX
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -123,7 +124,10 @@ def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents)
     (which ``out`` hands the driver's callback too) and the trial's CPUs."""
     if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
-        resources = spec.base.scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
+        scaling = spec.base.scaling
+        resources = scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
+        if scaling.accelerator_type is not None:  # as Ray's accelerator_type= asks for it: a sliver of the node's tag
+            resources[ACCELERATOR_PREFIX + scaling.accelerator_type] = 0.001
         fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
         return tune.with_resources(fn, {k.lower() if k in ("CPU", "GPU") else k: v for k, v in resources.items()})
     out.population = Population.remote() if aligned(spec) else None

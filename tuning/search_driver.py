@@ -19,7 +19,7 @@ from typing import Any
 import ray
 
 from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec, jsonable
-from trainers import events
+from trainers import events, phases
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
 from trainers.launch import take_launch
 from tuning.search import build_tuner, trial_runs_path
@@ -38,6 +38,8 @@ def main() -> int:
     # cancelled search resumes from its trials' checkpoints as of the last save.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3")
     launch = take_launch()
+    phases.bind(launch.channel)
+    phases.mark("driver_started", phases.process_started_at())
     spec = TuneSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))
     return run_search(spec, launch.job_id, launch.storage_path)

@@ -50,7 +50,7 @@ from api.schemas.events import (
     jsonable,
     parse_event,
 )
-from api.schemas.job_common import MAX_DURATION_S, JobCommon, JobName
+from api.schemas.job_common import DEFAULT_PROJECT, MAX_DURATION_S, PROJECT_RE, JobCommon, JobName, ProjectName
 from api.schemas.job_spec import JOB_KINDS, JobSpec, code_spec, job_kind, job_spec_adapter, parse_job_spec
 from api.schemas.jobs import (
     MAX_CANCEL_IDS,
@@ -74,6 +74,7 @@ from api.schemas.parallelism import (
     PipelineOptions,
 )
 from api.schemas.parallelism_checks import validate_parallelism
+from api.schemas.quotas import JobUsage, QuotaPublic, QuotaSpec, UsagePublic, UsageRow
 from api.schemas.scaling import (
     ELASTIC_DEFAULT_MAX_RETRIES,
     ELASTIC_STRATEGIES,

@@ -73,6 +73,8 @@ class JobStatus(str, enum.Enum):
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     CANCELLING = "CANCELLING"
+    # Stopped to give its borrowed room back: a last checkpoint, then back to QUEUED.
+    PREEMPTED = "PREEMPTED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"

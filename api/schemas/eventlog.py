@@ -21,6 +21,8 @@ EventType = Literal[
     "checkpointed",
     "cancelled",
     "resumed",
+    "preempted",
+    "quota_set",
     "deleted",
     "code_uploaded",
     "retention_sweep",

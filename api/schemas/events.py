@@ -21,6 +21,8 @@ from api.schemas.common import bounded_json
 MARKER = "RAYDOCK_EVENT "
 # The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
 LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+# Where a training attempt finds its preemption marker (service/preemption.py, trainers/preemption.py).
+PREEMPT_URI_ENV = "RAYDOCK_PREEMPT_URI"
 
 # The header of every events post naming the Ray submission id of the attempt that sends it.
 SUBMISSION_HEADER = "Raydock-Submission-Id"

@@ -15,6 +15,15 @@ from api.schemas.tracking import TrackingSpec
 MAX_DURATION_S = 366 * 86_400  # a year: longer deadlines are typos
 
 JobName = Annotated[str, Field(pattern=NAME_RE, description="Human-readable name (letters, digits, . _ -).")]
+PROJECT_RE = r"^[a-z][a-z0-9-]{0,62}$"
+DEFAULT_PROJECT = "default"
+ProjectName = Annotated[
+    str,
+    Field(
+        pattern=PROJECT_RE,
+        description="Project slug: a lowercase letter, then up to 62 lowercase letters, digits or `-`.",
+    ),
+]
 
 
 class JobCommon(Strict):
@@ -24,6 +33,10 @@ class JobCommon(Strict):
     tracking: TrackingSpec | None = Field(
         default=None,
         description="Export the job's reports to TensorBoard and/or MLflow as they arrive (see the README's tracking section).",
+    )
+    project: ProjectName = Field(
+        default=DEFAULT_PROJECT,
+        description="The project the job runs in: its quota and fair share (see the README's quotas section).",
     )
     priority: int = Field(
         default=0,

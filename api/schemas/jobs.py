@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from api.schemas.common import FailureCause, JobStatus
+from api.schemas.events import PHASE_NAMES
+from api.schemas.quotas import JobUsage
 
 # The store may hand back naive datetimes (SQLite keeps no offset); they are UTC, and the
 # API always says so, as OpenAPI's date-time format requires.
@@ -45,6 +47,35 @@ class JobPublic(BaseModel):
         "(at most RAYDOCK_MAX_RESTARTS_KEPT; `restarts_total` counts them all).",
     )
     restarts_total: int = Field(default=0, description="Worker-group restarts in all, listed or not.")
+    project: str = Field(default="default", description="The project the job runs in (its quota and fair share).")
+    borrowed: bool = Field(
+        default=False,
+        description="Started beyond its project's guarantee: it may be preempted (checkpointed, requeued) "
+        "when a project under its guarantee needs the room.",
+    )
+    usage: "JobUsage" = Field(
+        default_factory=lambda: JobUsage(),
+        description="CPU- and GPU-seconds the job held while running, all attempts together.",
+    )
+    start_phases: dict[str, float] | None = Field(
+        default=None,
+        description="The latest attempt's start-up phases reached so far, in order, each in seconds after the "
+        "attempt was queued (its POST, or the resume): " + ", ".join(PHASE_NAMES) + ". Absent for a job stored "
+        "before phases were recorded.",
+    )
+
+
+def phase_seconds(stored: dict[str, Any] | None) -> dict[str, float] | None:
+    """Stored phases (``{phase: Unix time}``) as the API answers them: seconds after
+    ``queued``, in the phases' order, rounded to milliseconds."""
+    if not stored or not isinstance(stored.get("queued"), (int, float)):
+        return None
+    origin = stored["queued"]
+    return {
+        name: round(stored[name] - origin, 3)
+        for name in PHASE_NAMES
+        if isinstance(stored.get(name), (int, float)) and not isinstance(stored.get(name), bool)
+    }
 
 
 MAX_CANCEL_IDS = 1000

@@ -37,6 +37,11 @@ class TrialPublic(BaseModel):
         default=None,
         description="What to know about the trial that is not a failure, e.g. that PBT cannot carry its loop's weights.",
     )
+    first_metric_s: float | None = Field(
+        default=None,
+        description="Seconds from the trial's start (the search driver saw it RUNNING) to its first report stored: "
+        "the trial's own start-up.",
+    )
 
 
 class TrialMetricPoint(BaseModel):

@@ -31,6 +31,7 @@ FIXED_FIELDS = {
     "labels": "a job-level field; set it on the tune job",
     "tracking": "a job-level field; set it on the tune job (each trial is logged under the job's run)",
     "priority": "a job-level field; set it on the tune job",
+    "project": "a job-level field; set it on the tune job",
     "max_runtime_s": "a job-level field; set it on the tune job",
     "scheduling_timeout_s": "a job-level field; set it on the tune job",
     "notify": "a job-level field; set it on the tune job",

@@ -22,6 +22,7 @@ from service.cli.events import events  # noqa: F401  (registers `raydock events`
 from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
+from service.cli.quota import quota_app  # noqa: F401  (registers `raydock quota`)
 from service.cli.results import checkpoints, tensorboard, trials
 from service.cli.status import status
 from service.cli.ui import ui

@@ -149,6 +149,10 @@ class TrialRow(Base):
     # (attempt, seq) of the status event applied last: older ones arriving late are ignored.
     event_attempt: Mapped[int] = mapped_column(Integer, default=0)
     event_seq: Mapped[int] = mapped_column(BigInteger, default=-1)
+    # When the search driver saw it start running (its first RUNNING event), and how many
+    # seconds after that the server stored its first report: a trial's own start-up.
+    started_ts: Mapped[float | None] = mapped_column(Float)
+    first_metric_s: Mapped[float | None] = mapped_column(Float)
 
 
 class SearchResultRow(Base):

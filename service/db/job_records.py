@@ -19,7 +19,8 @@ from anyio import to_thread
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, Engine
 
-from api.schemas import FailureCause, JobPublic, JobStatus, RestartInfo
+from api.schemas import FailureCause, JobPublic, JobStatus, JobUsage, RestartInfo
+from api.schemas.jobs import phase_seconds
 from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
@@ -52,6 +53,10 @@ def to_public(job: Any) -> JobPublic:
         last_dropped_reason=job.last_dropped_reason,
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
         restarts_total=max(job.restarts_total or 0, len(job.restarts or [])),
+        project=job.project or "default",
+        borrowed=bool(job.borrowed),
+        usage=JobUsage(cpu_seconds=job.cpu_seconds or 0.0, gpu_seconds=job.gpu_seconds or 0.0),
+        start_phases=phase_seconds(job.start_phases),
     )
 
 

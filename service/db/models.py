@@ -111,6 +111,18 @@ class JobRow(Base):
     log_events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # 1-based place in the queue, written by the monitor once per tick (None: not waiting).
     queue_position: Mapped[int | None] = mapped_column(Integer)
+    # Tenancy (service/tenancy/): the project it runs in; started beyond its project's
+    # guarantee (it may be preempted); what it held x how long it ran, all attempts; how far
+    # that is counted; when a preempted attempt is stopped if it has not checkpointed by then.
+    project: Mapped[str] = mapped_column(String(64), default="default", server_default="default", index=True)
+    borrowed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    cpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    usage_as_of: Mapped[datetime | None]
+    preempt_deadline: Mapped[datetime | None]
+    # The latest attempt's start-up phases, {phase: Unix time}, from its queueing on
+    # (service/db/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
+    start_phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)
@@ -120,6 +132,7 @@ class JobRow(Base):
         Index("ix_jobs_status_deadline", "status", "scheduling_timeout_s"),  # queued jobs with a deadline
         Index("ix_jobs_status_demand", "status", "demand_cpus", "demand_gpus"),  # queued jobs too big for the cluster
         Index("ix_jobs_status_kind", "status", "kind"),  # GET /metrics counts jobs by both from this index alone
+        Index("ix_jobs_status_project", "status", "project"),  # admission's per-project counts
     )
 
 
@@ -134,6 +147,9 @@ Index(
     JobRow.submission_id,
     JobRow.queue_position,
 )
+
+# Each project's queue in its order: admission reads every project's head (service/tenancy/).
+Index("ix_jobs_project_queue", JobRow.status, JobRow.project, JobRow.priority.desc(), JobRow.queued_at, JobRow.id)
 
 
 class JobLabelRow(Base):

@@ -6,6 +6,7 @@ job's bounds (``service/events/limits.py``)."""
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -19,7 +20,7 @@ from service import lifecycle
 from service.db.event_models import ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import EventKey, JobRow
 from service.db.specs import stored_search
-from service.events import limits, rollups
+from service.events import limits, phases, rollups
 from service.events.limits import EventLimits, room
 
 KEY_BATCH = 500  # event keys looked up per query
@@ -105,6 +106,8 @@ def metric(s: Session, job: JobRow, event: MetricEvent, push: bool, batch: Batch
         )
     )
     batch.stored_now(MetricRow, event.seq)
+    if job.attempt_metrics == 0:
+        phases.first_metric(job)
     job.metrics_stored += 1
     job.attempt_metrics += 1
     job.latest_metrics = m
@@ -157,6 +160,9 @@ def trial_metric(s: Session, job: JobRow, event: TrialMetricEvent, batch: Batch)
             config=event.config,
         )
     )
+    if row.reports == 0 and row.started_ts is not None:
+        row.first_metric_s = round(max(time.time() - row.started_ts, 0.0), 3)
+    phases.first_metric(job)  # a no-op after the attempt's first report (a dict lookup)
     row.reports += 1
     row.last_metrics = m
     search = batch.search

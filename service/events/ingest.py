@@ -39,6 +39,7 @@ from api.schemas.events import (
     ErrorEvent,
     ExploitEvent,
     MetricEvent,
+    PhaseEvent,
     ResultEvent,
     StartedEvent,
     TrialEvent,
@@ -50,12 +51,17 @@ from service import lifecycle, storage
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
 from service.db.models import JobRow, count
 from service.eventlog.log import job_may_log, record
-from service.events import limits, logs
+from service.events import limits, logs, phases
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room
 from service.events.push import parse_all
 
-RECEIVING = (JobStatus.STARTING.value, JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+RECEIVING = (
+    JobStatus.STARTING.value,
+    JobStatus.RUNNING.value,
+    JobStatus.CANCELLING.value,
+    JobStatus.PREEMPTED.value,
+)
 MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
 MAX_REASON = 300
 
@@ -182,6 +188,8 @@ class Ingest:
                     lifecycle.transition(s, job, JobStatus.RUNNING, reason="driver started")
             case MetricEvent():
                 metric(s, job, event, push, batch)
+            case PhaseEvent():
+                phases.take(job, event)
             case CheckpointEvent():
                 path = self._own_path(job, event.path)
                 if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
@@ -241,6 +249,8 @@ class Ingest:
                 if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
                     return  # a late, older status must not roll the trial back
                 row.event_attempt, row.event_seq = job.attempt, event.seq
+                if event.status == "RUNNING" and row.started_ts is None:
+                    row.started_ts = event.ts  # its start-up counts from here (first_metric_s)
                 row.status, row.config = event.status, event.config or row.config
                 if event.error:
                     row.error = event.error

@@ -210,6 +210,7 @@ def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
         exploits=r.exploits,
         error=r.error,
         note=r.note,
+        first_metric_s=r.first_metric_s,
     )
 
 

@@ -36,6 +36,7 @@ from service.http.routes import (
     jobs,
     logs,
     metrics,
+    projects,
     prometheus,
     tracking,
     trials,
@@ -95,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking, eventlog)
+V1_ROUTES = (jobs, metrics, logs, checkpoints, trials, worker_groups, cluster, code, tracking, eventlog, projects)
 
 
 def methods_by_path(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> list[tuple[re.Pattern, set[str]]]:

@@ -94,6 +94,15 @@ async def actor(settings: AppSettings) -> str:
 
 Actor = Annotated[str, Depends(actor)]
 
+
+async def quota_admin(who: Actor) -> str:
+    """Who may set quotas: for now every caller the API lets in (the API token's holder);
+    the one place a server-admin check goes once users and roles exist."""
+    return who
+
+
+QuotaAdmin = Annotated[str, Depends(quota_admin)]
+
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <RAYDOCK_API_TOKEN>`.")
 
 

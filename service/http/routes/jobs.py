@@ -51,7 +51,7 @@ SPEC_EXAMPLES = {
     responses={
         202: job_response("The job is recorded and QUEUED; it starts on the cluster as soon as it fits."),
         200: {"model": JobPublic, **job_response("A submit with this Idempotency-Key was seen before: its job.")},
-        **errors(409, 422, 503),
+        **errors(409, 422, 429, 503),
     },
 )
 async def submit_job(

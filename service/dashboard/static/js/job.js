@@ -243,11 +243,14 @@ function drawGroups(el, job, wgs) {
   );
 }
 
-// Start-up phases, whatever their exact shape: a list of records or a name -> value map.
+// Start-up phases (GET /v1/jobs/{id} start_phases): each phase reached, in order, in seconds
+// after the attempt was queued (its POST or resume), and how long it took after the one before.
 function startPhases(value) {
-  if (Array.isArray(value)) {
-    const keys = [...new Set(value.flatMap((r) => Object.keys(r || {})))];
-    return table(keys, value.map((r) => h("tr", {}, keys.map((k) => h("td", {}, typeof r[k] === "object" ? JSON.stringify(r[k]) : num(r[k]))))));
-  }
-  return facts(Object.entries(value || {}).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : num(v)]));
+  let before = null;
+  const rows = Object.entries(value || {}).map(([name, at]) => {
+    const took = before === null ? "" : `+${num(at - before)} s`;
+    before = at;
+    return h("tr", {}, h("td", {}, name), h("td", { class: "num" }, `${num(at)} s`), h("td", { class: "num" }, took));
+  });
+  return table(["Phase", { label: "After POST", cls: "num" }, { label: "Took", cls: "num" }], rows);
 }

@@ -1,0 +1,71 @@
+"""Borrowing and preemption on the session's real cluster (4 CPUs): a guest project with
+no guarantee fills the cluster by borrowing; a project guaranteed 2 CPUs submits a job,
+which takes the room back: the guest's job is preempted, checkpoints, requeues, and later
+resumes from that checkpoint and SUCCEEDS with its steps continuing, its retries unused.
+The accounting of both jobs equals their running time x the CPUs they held."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from api.schemas import QuotaSpec
+from tests.conftest import CLUSTER_CPUS, digits_spec
+from tests.waiting import wait_for
+
+
+def running_seconds(job) -> float:
+    """Seconds the job ran, all attempts: from each move to RUNNING to the move out of
+    its running statuses, read from its status history."""
+    total, since = 0.0, None
+    for e in job.events(type="status_changed"):
+        if e.data["to"] == "RUNNING":
+            since = e.at
+        elif since is not None and e.data["to"] not in ("CANCELLING", "PREEMPTED"):
+            total, since = total + (e.at - since).total_seconds(), None
+    return total
+
+
+@pytest.mark.slow
+def test_a_project_under_its_guarantee_takes_borrowed_room_back(client):
+    tag = uuid.uuid4().hex[:6]
+    guest, owner = f"guest-{tag}", f"owner-{tag}"
+    client.set_quota(owner, QuotaSpec(guaranteed_cpus=2))
+    assert client.quota(guest).source == "default" and client.quota(owner).guaranteed_cpus == 2
+    # The whole cluster, borrowed (guest's guarantee is 0); checkpoints only when asked or at its end.
+    long = digits_spec(
+        name="borrower",
+        project=guest,
+        epochs=40,
+        scaling={"num_workers": CLUSTER_CPUS},
+        checkpoint={"every_n_epochs": 1000, "keep": 2},
+    )
+    borrower = client.submit(long)
+    wait_for(lambda: borrower.refresh().info.latest_metrics, 120, "the borrower's first report")
+    assert borrower.info.borrowed and borrower.info.project == guest
+
+    owned = client.submit(digits_spec(name="owned", project=owner, epochs=2, scaling={"num_workers": 2}))
+    wait_for(lambda: borrower.refresh().status.value == "QUEUED", 60, "the borrower preempted and requeued")
+    owned.wait(timeout=120)
+    borrower.wait(timeout=180)
+
+    assert owned.status.value == "SUCCEEDED" and not owned.info.borrowed
+    assert borrower.status.value == "SUCCEEDED", borrower.info.error
+    moves = [(e.data["from"], e.data["to"]) for e in borrower.events(type="status_changed")]
+    assert ("RUNNING", "PREEMPTED") in moves and ("PREEMPTED", "QUEUED") in moves
+    assert borrower.info.attempt == 2 and borrower.info.restarts_total == 0  # a preemption is no retry
+    # The preemption checkpoint (attempt 1, mid-run) is where attempt 2 picked up.
+    checkpoints = sorted(borrower.checkpoints(), key=lambda c: c.id)
+    assert len(checkpoints) >= 2 and 0 < checkpoints[0].step < checkpoints[-1].step
+    points = borrower.metrics()
+    second = [p.step for p in points if p.attempt == 2]
+    assert second and min(second) > checkpoints[0].step
+    assert max(p.epoch for p in points) == 40
+
+    # Accounting: CPUs held x running time, within a second per job, and /v1/usage agrees.
+    for job, cpus in ((borrower, CLUSTER_CPUS), (owned, 2)):
+        ran = running_seconds(job)
+        assert abs(job.info.usage.cpu_seconds / cpus - ran) < 1.0, (job.info.usage, ran)
+        row = client.usage(project=job.info.project).rows[0]
+        assert row.cpu_seconds == pytest.approx(job.info.usage.cpu_seconds) and row.jobs == 1
