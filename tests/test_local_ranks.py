@@ -4,8 +4,11 @@ mid-job, a cancel, and an elastic job that keeps Ray Train's worker actors."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -168,3 +171,40 @@ def test_an_elastic_job_keeps_ray_trains_worker_actors(client: Client):
     job.wait(timeout=240)
     assert job.status.value == "SUCCEEDED", job.info.error
     assert job.metrics()[-1].metrics["context"] == "DistributedTrainContext"
+
+
+RUN_RANKS = """
+import sys
+from api.schemas import TrainSpec
+from tests.conftest import user_spec
+from trainers.ranks import RankRunner
+spec = TrainSpec.model_validate(user_spec("userpkg.ray_api:train", config={"epochs": 10000, "sleep_s": 0.2}))
+RankRunner(spec, "orphans", sys.argv[1]).fit()
+"""
+
+
+@pytest.mark.slow  # imports torch and Ray Train in a driver of its own (no cluster)
+def test_ranks_die_with_a_driver_killed_outright(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests/fixtures/usercode")])}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", RUN_RANKS, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True, cwd=root
+    )
+    ranks: set[int] = set()
+    try:
+        for line in driver.stdout:  # the ranks run once rank 0 has reported
+            if '"type":"metric"' in line:
+                break
+        ranks = _descendants(driver.pid)
+        assert len(ranks) >= 2, ranks
+        driver.kill()  # no stop, no finally: only the ranks' parent-death signal is left
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while (alive := [p for p in ranks if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, alive
+    finally:
+        driver.kill()
+        for pid in ranks | _descendants(driver.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -29,11 +29,11 @@ from trainers.zygote import pool
 def main() -> int:
     pool.start_if_asked()  # a cold start: this node's next job starts warm
     launch = take_launch()
-    phases.bind(launch.channel)
-    phases.mark("driver_started", phases.process_started_at())
     spec = TrainSpec.model_validate(launch.spec)
     if uses_local_ranks(launch.local_ranks, spec):
         return run_local(spec, launch)
+    phases.bind(launch.channel)
+    phases.mark("driver_started", phases.process_started_at())
     events.emit(StartedEvent(type="started", seq=0))
     try:
         ray.init(address="auto", log_to_driver=True)
@@ -50,7 +50,11 @@ def run_local(spec: TrainSpec, launch) -> int:
     before the first fork may start a thread (the events thread, Ray's): the ranks are
     forked from a single-threaded process, or else started from a forkserver."""
 
+    # Unbound, a mark goes to the job's log: pushing it would start the events thread now.
+    phases.mark("driver_started", phases.process_started_at())
+
     def after_fork() -> None:
+        phases.bind(launch.channel)
         events.emit(StartedEvent(type="started", seq=0))
         ray.init(address="auto", log_to_driver=True)  # the worker_group event names this node
 

@@ -165,7 +165,10 @@ class RankRunner:
         if threading.active_count() == 1:
             return mp.get_context("fork")
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "trainers.rank_worker", getattr(self.loop, "__module__", "trainers")])
+        # What preload() imported here, imported once in the forkserver rather than in each rank.
+        # The driver's module too: each child imports it again as its __main__.
+        modules = ["torch", "torch._dynamo", "ray.tune", "trainers.rank_worker", "trainers.driver"]
+        ctx.set_forkserver_preload([*modules, getattr(self.loop, "__module__", "trainers")])
         return ctx
 
     def _group_event(self, n: int) -> None:
