@@ -69,7 +69,10 @@ def warm(module: str, args: list[str]) -> int | None:
         sock.settimeout(CONNECT_TIMEOUT_S)
         sock.connect(path)
         sock.settimeout(ACCEPT_TIMEOUT_S)
-        send_request(sock, request, [0, 1, 2])
+        try:
+            send_request(sock, request, [0, 1, 2])
+        except BrokenPipeError:
+            pass  # refused before it read all of it: its answer says why
         reader = LineReader(sock)
         answer = reader.next()
     except (OSError, ValueError) as exc:

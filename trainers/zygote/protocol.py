@@ -68,7 +68,8 @@ def send_request(sock: socket.socket, request: dict, fds: list[int]) -> None:
     body = json.dumps(request).encode()
     data = _LEN.pack(len(body)) + body
     sent = sock.sendmsg([data[:4096]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    sock.sendall(data[sent:])
+    if sent < len(data):  # (an empty send to a peer that has answered and hung up would raise EPIPE)
+        sock.sendall(data[sent:])
 
 
 def recv_request(sock: socket.socket) -> tuple[dict, list[int]]:
