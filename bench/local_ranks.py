@@ -24,26 +24,11 @@ from pathlib import Path
 import httpx
 
 from api.schemas import parse_event
+from bench.job_timeline import SPECS
 from service.cluster.local_cluster import start_head
 from tests.servers import ServerProcess
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
-JOBS = {
-    "digits mlp": {
-        "name": "bench-digits",
-        "model": {"type": "mlp", "hidden_sizes": [64]},
-        "data": {"source": "digits"},
-        "epochs": 1,
-        "scaling": {"num_workers": 2},
-    },
-    "user code": {
-        "name": "bench-user",
-        "entrypoint": "userpkg.steps:train",
-        "working_dir": str(FIXTURES),
-        "config": {"steps": 5},
-        "scaling": {"num_workers": 2},
-    },
-}
+JOBS = {"digits mlp": SPECS["builtin"], "user code": SPECS["user"]}  # the jobs bench.job_timeline times
 
 
 def one_job(http: httpx.Client, spec: dict) -> dict[str, float]:
