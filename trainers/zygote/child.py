@@ -22,7 +22,6 @@ import runpy
 import signal
 import socket
 import sys
-import threading
 import traceback
 from typing import NoReturn
 
@@ -36,7 +35,6 @@ DEFAULT_HANDLERS = {
     signal.SIGCHLD: signal.SIG_DFL,
     signal.SIGPIPE: signal.SIG_IGN,  # as Python starts
 }
-_exiting = threading.Event()  # set once the exit code is on its way: the client may then hang up
 
 
 def become_driver(
@@ -46,7 +44,6 @@ def become_driver(
     code = 1
     try:
         _take_process(request, fds, inherited, base_path)
-        _watch_client(conn)
         print(f"raydock: warm start, driver {os.getpid()} forked from warm process {os.getppid()}", file=sys.stderr)
         code = _run(request["module"], request.get("argv") or [])
     except BaseException:  # noqa: BLE001 - whatever happens, the client hears an exit code
@@ -113,22 +110,6 @@ def _reset_shared_state() -> None:
     reread_import_time_settings()
 
 
-def _watch_client(conn: socket.socket) -> None:
-    """The client waits for this driver; when it is gone (SIGKILLed by Ray's stop after
-    its grace period, which cannot be relayed) the driver's whole process group goes too."""
-
-    def watch() -> None:
-        try:
-            while conn.recv(4096):
-                pass
-        except OSError:
-            pass
-        if not _exiting.is_set():
-            os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="raydock-client-watch", daemon=True).start()
-
-
 def _run(module: str, argv: list[str]) -> int:
     spec = importlib.util.find_spec(module)
     sys.argv = [spec.origin if spec and spec.origin else module, *argv]
@@ -154,7 +135,6 @@ def _exit_code(code: object) -> int:
 
 
 def _exit(conn: socket.socket, code: int) -> NoReturn:
-    _exiting.set()
     try:
         atexit._run_exitfuncs()  # ray.shutdown and the rest, as at a normal interpreter exit
     except BaseException:  # noqa: BLE001

@@ -50,6 +50,7 @@ class WarmProcess:
         self.served = 0
         self.idle_since: float | None = time.time()
         self.stale = False
+        self.sel = selectors.DefaultSelector()
 
     def listen(self) -> socket.socket:
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
@@ -78,7 +79,7 @@ class WarmProcess:
         signal.set_wakeup_fd(wfd)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
         signal.signal(signal.SIGTERM, self.stop)
-        sel = selectors.DefaultSelector()
+        sel = self.sel
         sel.register(listener, selectors.EVENT_READ, "accept")
         sel.register(rfd, selectors.EVENT_READ, "signal")
         self.write_stats()
@@ -89,6 +90,8 @@ class WarmProcess:
                     if key.data == "accept":
                         conn, _ = listener.accept()
                         self.take(conn, [listener.fileno(), rfd, wfd])
+                    elif isinstance(key.data, int):
+                        self.hear_client(key.fileobj, key.data)
                     else:
                         try:
                             os.read(rfd, 4096)
@@ -129,11 +132,16 @@ class WarmProcess:
             from trainers.zygote.child import become_driver
 
             become_driver(
-                request, fds, conn, [*inherited, *(c.fileno() for c in self.children.values())], self.base_path
+                request,
+                fds,
+                conn,
+                [*inherited, self.sel.fileno(), *(c.fileno() for c in self.children.values())],
+                self.base_path,
             )
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
+        self.sel.register(conn, selectors.EVENT_READ, pid)  # its client hanging up ends the driver
         self.served += 1
         self.idle_since = None
         try:
@@ -141,6 +149,24 @@ class WarmProcess:
         except OSError:
             pass  # the client is gone: the child sees it and ends
         self.write_stats()
+
+    def hear_client(self, conn: socket.socket, pid: int) -> None:
+        """A driver's client said something or hung up. Gone (SIGKILLed by Ray's stop after
+        its grace period, which it cannot relay), it takes the driver's whole process group
+        with it. Watched here, so the driver itself runs no watcher thread: it may fork its
+        ranks from one thread (trainers.ranks)."""
+        try:
+            if conn.recv(4096, socket.MSG_DONTWAIT):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.sel.unregister(conn)
+        for kill in (os.killpg, os.kill):  # the group once the child has called setsid, else the child
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
+                return
 
     def refusal(self, conn: socket.socket, request: dict) -> str | None:
         uid = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[4:8]
@@ -182,6 +208,8 @@ class WarmProcess:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(conn)
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             try:
                 send_line(conn, {"exit": code})  # the child said it first, unless it was killed
