@@ -17,12 +17,12 @@ import sys
 import ray
 
 from api.schemas import ResultEvent, StartedEvent, TrainSpec
-from trainers import events, phases
+from trainers import events, phases, ray_compat
 from trainers.callbacks import run_callbacks
 from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
 from trainers.ranks import RankRunner, RanksFailed, uses_local_ranks
-from trainers.trainer import build_trainer
+from trainers.trainer import build_trainer, scaling_config
 from trainers.zygote import pool
 
 
@@ -53,10 +53,14 @@ def run_local(spec: TrainSpec, launch) -> int:
     # Unbound, a mark goes to the job's log: pushing it would start the events thread now.
     phases.mark("driver_started", phases.process_started_at())
 
+    release: list = []
+
     def after_fork() -> None:
         phases.bind(launch.channel)
         events.emit(StartedEvent(type="started", seq=0))
         ray.init(address="auto", log_to_driver=True)  # the worker_group event names this node
+        num = spec.scaling.num_workers
+        release.append(ray_compat.hold_like_a_train_run(f"raydock-{launch.job_id}", scaling_config(spec), num))
 
     try:
         runner = RankRunner(spec, launch.job_id, launch.storage_path)
@@ -68,6 +72,9 @@ def run_local(spec: TrainSpec, launch) -> int:
         return report_failure(exc.failure)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
         return report_failure(classify(exc))
+    finally:
+        for done in release:
+            done()
     return finish(result.metrics, result.path)
 
 

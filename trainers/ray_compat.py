@@ -142,3 +142,40 @@ def reread_import_time_settings() -> None:
     dedup = constants.env_bool("RAY_DEDUP_LOGS", True)
     constants.RAY_DEDUP_LOGS = dedup
     ray_logging.RAY_DEDUP_LOGS = dedup
+
+
+# ----------------------------------------------------------------------------- shared capacity
+# Ray Train sizes an elastic run from its autoscaling coordinator, which splits the
+# cluster's total resources among the Train runs that told it what they hold, in start
+# order. Local ranks hold theirs as a Ray job's entrypoint resources, which it cannot see:
+# they say so as a Train run would, or an elastic run would count their CPUs as free.
+
+RESERVATION_RENEW_S = 20.0  # as Ray Train renews its own (each expires after 180 s)
+
+
+def hold_like_a_train_run(requester_id: str, scaling: Any, num_workers: int) -> Callable[[], None]:
+    """Register ``num_workers`` workers of ``scaling`` (a ``ScalingConfig``) with Ray
+    Train's autoscaling coordinator until the returned function is called. Needs
+    ``ray.init``; any failure only leaves elastic runs their old view."""
+    import threading
+
+    from ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client import (
+        TrainAutoscalingCoordinatorClient,
+    )
+
+    client = TrainAutoscalingCoordinatorClient(requester_id)
+    done = threading.Event()
+
+    def renew() -> None:
+        while True:
+            client.send_resource_request(scaling, num_workers)
+            if done.wait(RESERVATION_RENEW_S):
+                return
+
+    threading.Thread(target=renew, name="raydock-train-reservation", daemon=True).start()
+
+    def release() -> None:
+        done.set()
+        client.cancel_resource_request()
+
+    return release
