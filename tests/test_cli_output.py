@@ -96,7 +96,7 @@ def test_each_refusal_says_what_to_do_in_one_or_two_lines():
     assert told["wrong token"] == (
         [
             f"The server at {url} refused the API token (401).",
-            "Set --token or RAYDOCK_API_TOKEN to the token the server was started with.",
+            "Set --token or RAYDOCK_API_TOKEN to a live token (raydock token create).",
         ],
         1,
     )
@@ -265,7 +265,7 @@ def test_wrong_or_missing_token_is_two_lines_from_the_real_entrypoint(tmp_path):
     assert wrong.returncode == 1 and wrong.stdout == ""
     assert wrong.stderr.splitlines() == [
         f"error: The server at {server.url} refused the API token (401).",
-        "Set --token or RAYDOCK_API_TOKEN to the token the server was started with.",
+        "Set --token or RAYDOCK_API_TOKEN to a live token (raydock token create).",
     ]
     assert missing.exit_code == 1 and len(missing.stderr.splitlines()) == 2
     assert missing.stderr.startswith(f"error: The server at {server.url} needs an API token (401).")

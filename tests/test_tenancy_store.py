@@ -146,6 +146,8 @@ def users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions):
     users.create(UserCreate(name="admin", admin=True), actor="system")
     assert users.others_exist() is False
     users.create(UserCreate(name="carol"), actor="admin")
+    assert users.others_exist() is False  # carol cannot sign in yet: her first token comes next, still local
+    users.create_token("carol", TokenCreate(name="first"), actor="admin")
     assert users.others_exist() is True
     with pytest.raises(Conflict) as last:
         users.delete("admin", actor="admin")

@@ -82,11 +82,11 @@ def explain(exc: Exception, url: str | None, token_set: bool) -> tuple[list[str]
         if token_set:
             return [
                 f"The server at {where} refused the API token (401).",
-                "Set --token or RAYDOCK_API_TOKEN to the token the server was started with.",
+                "Set --token or RAYDOCK_API_TOKEN to a live token (raydock token create).",
             ], EXIT_FAILED
         return [
             f"The server at {where} needs an API token (401).",
-            "Pass --token or set RAYDOCK_API_TOKEN to the server's token.",
+            "Set --token or RAYDOCK_API_TOKEN (the admin's: <data dir>/admin-token).",
         ], EXIT_FAILED
     if exc.status == 429:
         wait = getattr(exc, "retry_after_s", None)

@@ -50,12 +50,15 @@ class Users:
         return answer if time.monotonic() - at < OTHERS_TTL_S else None
 
     def others_exist(self) -> bool:
-        """Whether a user other than ``admin`` exists: then local mode (no token on
-        loopback) is over and every request must say who it is."""
+        """Whether a user other than ``admin`` was ever given a token: then local mode (no
+        token on loopback) is over and every request must say who it is. Counted by
+        tokens, not users, so the one command that creates a user and their first token
+        runs whole in local mode."""
         at, answer = self._others
         if time.monotonic() - at >= OTHERS_TTL_S:
             with self.sessions() as s:
-                answer = s.scalar(select(UserRow.id).where(UserRow.name != ADMIN_NAME).limit(1)) is not None
+                q = select(ApiTokenRow.id).join(UserRow, UserRow.id == ApiTokenRow.user_id)
+                answer = s.scalar(q.where(UserRow.name != ADMIN_NAME).limit(1)) is not None
             self._others = (time.monotonic(), answer)
         return answer
 
@@ -130,6 +133,7 @@ class Users:
             s.flush()
             record(s, "token_created", actor=actor, user=name, token_id=row.id, name=body.name)
             public = _token(row, name)
+        self._others = (float("-inf"), False)
         return TokenCreated(**public.model_dump(), token=token)
 
     def tokens(self, name: str) -> list[TokenPublic]:
