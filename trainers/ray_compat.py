@@ -150,32 +150,48 @@ def reread_import_time_settings() -> None:
 # order. Local ranks hold theirs as a Ray job's entrypoint resources, which it cannot see:
 # they say so as a Train run would, or an elastic run would count their CPUs as free.
 
-RESERVATION_RENEW_S = 20.0  # as Ray Train renews its own (each expires after 180 s)
+RESERVATION_EXPIRE_S = 30.0  # a driver killed before it says goodbye holds nothing for longer
+RESERVATION_RENEW_S = 10.0
 
 
 def hold_like_a_train_run(requester_id: str, scaling: Any, num_workers: int) -> Callable[[], None]:
     """Register ``num_workers`` workers of ``scaling`` (a ``ScalingConfig``) with Ray
-    Train's autoscaling coordinator until the returned function is called. Needs
-    ``ray.init``; any failure only leaves elastic runs their old view."""
+    Train's autoscaling coordinator until the returned function is called (or, for a
+    driver killed first, until the last renewal expires). Needs ``ray.init``; any failure
+    only leaves elastic runs their old view."""
     import threading
 
-    from ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client import (
-        TrainAutoscalingCoordinatorClient,
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        ResourceRequestPriority,
+        get_or_create_autoscaling_coordinator,
     )
+    from ray.train._internal.autoscaling_coordinator_client import build_train_resource_request
 
-    client = TrainAutoscalingCoordinatorClient(requester_id)
+    coordinator = get_or_create_autoscaling_coordinator()
+    resources, selectors = build_train_resource_request(scaling, num_workers)
     done = threading.Event()
 
     def renew() -> None:
-        while True:
-            client.send_resource_request(scaling, num_workers)
-            if done.wait(RESERVATION_RENEW_S):
-                return
+        while not done.is_set():
+            try:  # as Ray Train asks for its own runs, with a shorter expiry
+                coordinator.request_resources.remote(
+                    requester_id=requester_id,
+                    resources=resources,
+                    label_selectors=selectors,
+                    expire_after_s=RESERVATION_EXPIRE_S,
+                    priority=ResourceRequestPriority.HIGH,
+                )
+            except Exception:  # noqa: BLE001 - the coordinator restarts; the next renewal tries again
+                pass
+            done.wait(RESERVATION_RENEW_S)
 
     threading.Thread(target=renew, name="raydock-train-reservation", daemon=True).start()
 
     def release() -> None:
         done.set()
-        client.cancel_resource_request()
+        try:
+            coordinator.cancel_request.remote(requester_id)
+        except Exception:  # noqa: BLE001 - it expires on its own
+            pass
 
     return release
