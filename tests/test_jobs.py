@@ -64,7 +64,7 @@ def test_rest_digits_job_learns_and_checkpoint_reproduces_accuracy(server, tmp_p
     assert acc >= 0.9
 
     logs = http.get(f"/v1/jobs/{job_id}/logs").text
-    assert "RAYDOCK_EVENT" in logs and "trainers.driver" in logs
+    assert "RAYDOCK_EVENT" in logs and "trainers.zygote.client train" in logs  # the entrypoint Ray ran
 
 
 def test_sdk_submit_stream_and_wait(client: Client, tmp_path):
