@@ -11,19 +11,8 @@ import pytest
 
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray
+from tests.sched_attacks import PLACEMENT_GROUP_NAMES
 from tests.servers import ServerProcess
-
-PG = "8f3e0c2a1b4d6e7f8a9b0c1d2e3f40010000"  # the form of a placement group id (hex)
-NAMES = [
-    f"CPU_group_{PG}",
-    f"CPU_group_0_{PG}",
-    f"GPU_group_3_{PG}",
-    f"bundle_group_{PG}",
-    f"bundle_group_1_{PG}",
-    f"memory_group_{PG}",
-    f"raydock_slot_group_{PG}",
-    "bundle",
-]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +37,7 @@ def search(scaling: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PLACEMENT_GROUP_NAMES)
 @pytest.mark.parametrize("kind", ["train", "tune"])
 def test_a_placement_group_resource_name_is_refused_naming_the_field(http, name, kind):
     scaling = {"num_workers": 1, "resources_per_worker": {name: 1}}
