@@ -10,10 +10,14 @@ import json
 import uuid
 
 import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
 
 from api.schemas import QuotaSpec
 from service import queue, storage
 from service.attempts import Attempts
+from service.db.engine import make_engine
 from service.db.models import JobRow, utcnow
 from service.tenancy import fair_share, quotas
 from tests.conftest import CLUSTER_CPUS, digits_spec
@@ -120,3 +124,33 @@ def test_an_elastic_job_on_the_cluster_runs_at_most_its_quota_and_yields_to_a_gu
         client.cancel_many([job.id for job in jobs])
         for job in jobs:
             wait_for(lambda j=job: j.refresh().info.finished_at, 120, "the jobs to stop")
+
+
+def test_the_migration_gives_waiting_and_running_elastic_jobs_their_range(database_url):
+    engine = make_engine(database_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0013_start_phases")
+    spec = json.dumps(digits_spec(scaling=WIDE))
+    with engine.begin() as conn:
+        for job_id, status in (("waits", "QUEUED"), ("runs", "RUNNING"), ("ended", "SUCCEEDED")):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, name, kind, status, labels, spec, created_at, attempt, log_offset, priority,"
+                    " restarts) VALUES (:id, 'n', 'train', :status, '{}', :spec, '2026-01-01', 1, 0, 0, '[]')"
+                ),
+                {"id": job_id, "status": status, "spec": spec},
+            )
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, min_workers, max_workers, granted_workers FROM jobs ORDER BY id"))
+        assert [tuple(r) for r in rows] == [
+            ("ended", None, None, None),
+            ("runs", 1, 4096, None),
+            ("waits", 1, 4096, None),
+        ]
+    engine.dispose()
