@@ -3,8 +3,9 @@ queued jobs start now, wait, or can never start. Pure functions over plain value
 monitor reads the inputs (database, cluster) and applies the ``Plan``.
 
 A job holds, from the moment it is started until it ends: its workers (an elastic job
-its max, which Ray Train grows into whenever the cluster has it), and a search its
-concurrent trials, each with one driver CPU on top of its Train workers.
+its granted max, which Ray Train grows into whenever the cluster has it: its max clamped
+at admission to its project's quota and the cluster, ``service.elastic_grant``), and a
+search its concurrent trials, each with one driver CPU on top of its Train workers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, FailureCause, JobSpec, TuneSpec
 from api.schemas.scaling import ACCELERATOR_PREFIX, ScalingSpec
 from service import node_fit
+from service.elastic_grant import Ceiling, grant
 from service.tenancy.fair_share import ProjectLoad, order_key
 
 Resources = tuple[float, float]  # (CPUs, GPUs)
@@ -60,6 +62,15 @@ def holds(spec: JobSpec) -> Resources:
     if scaling is None or not scaling.is_elastic:
         return demand(spec)
     return scaling.max_workers * scaling.cpus_per_worker, scaling.max_workers * scaling.gpus
+
+
+def worker_range(spec: JobSpec) -> tuple[int, int] | None:
+    """An elastic training job's (min, max) workers; None for a fixed size, or a search
+    (each trial's demand counts its max already)."""
+    scaling = getattr(spec, "scaling", None)
+    if spec.kind == "tune" or scaling is None or not scaling.is_elastic:
+        return None
+    return scaling.min_workers, scaling.max_workers
 
 
 def _extra(s: ScalingSpec, workers: int) -> Extra:
@@ -191,6 +202,15 @@ class Queued:
     extra: Extra = field(default_factory=dict)  # beyond CPUs and GPUs (extra_demand)
     project: str = "default"
     priority: int = 0
+    workers: tuple[int, int] | None = None  # an elastic job's (min, max); its demand counts min
+
+    def holding(self, workers: int | None) -> tuple[float, float, Extra]:
+        """(CPUs, GPUs, beyond them) the job holds once started with ``workers`` as its
+        max (``grant``); None: a fixed size, which holds what it needs to start."""
+        if workers is None or self.workers is None:
+            return self.cpus, self.gpus, self.extra
+        scale = workers / self.workers[0]
+        return self.cpus * scale, self.gpus * scale, {k: v * scale for k, v in self.extra.items()}
 
 
 @dataclass(frozen=True)
@@ -207,6 +227,8 @@ class Plan:
     reasons: dict[str, str] = field(default_factory=dict)  # job id -> new status reason
     seen: set[str] = field(default_factory=set)  # the jobs it looked at; the rest wait BEHIND
     borrowed: set[str] = field(default_factory=set)  # started beyond their project's guarantee
+    # The elastic jobs started: their granted max workers, and (CPUs, GPUs, beyond) held with it.
+    granted: dict[str, tuple[int, float, float, Extra]] = field(default_factory=dict)
     # The first job that does not fit although it is within its project's guarantee, and
     # the (CPUs, GPUs) it is short of: borrowed room to take back (service/preemption.py).
     wants: tuple[Queued, Resources] | None = None
@@ -263,13 +285,17 @@ def plan(
     available: Resources,
     extra: Extra | None = None,
     loads: dict[str, ProjectLoad] | None = None,
+    ceiling: Ceiling | None = None,
 ) -> Plan:
     """Which jobs of ``queue`` (in queue order, those that can ever fit) start now with
     ``available`` (CPUs, GPUs) and ``extra`` (``extra_free``) free. One pass that stops at
     the first job that does not fit: a later job never overtakes a waiting one, so the
     rest of the queue (which the caller need not even read) waits ``BEHIND`` it. With
     ``loads`` (each project's load and quota), a job over its project's running limits
-    waits for its quota without holding up other projects. Lists only reasons that change."""
+    waits for its quota without holding up other projects. A job starts when what it needs
+    (an elastic job: its min) fits, and from then on counts what it holds (an elastic job:
+    its ``grant`` within ``ceiling`` and its quota) against its quota, its project's
+    guarantee and what is free. Lists only reasons that change."""
     out = Plan()
     free_cpus, free_gpus = available
     free_extra = dict(extra or {})
@@ -294,12 +320,16 @@ def plan(
             reason = f"waiting for resources: needs {extra_words(short)}, {extra_words(have)} free"
         else:
             out.start.append(job.id)
+            workers = grant(job.workers, (job.cpus, job.gpus, job.extra), load, ceiling) if job.workers else None
+            cpus, gpus, extra_held = job.holding(workers)
+            if workers is not None:
+                out.granted[job.id] = (workers, cpus, gpus, extra_held)
             if load is not None:
-                if not load.within_guarantee(job.cpus, job.gpus):
+                if not load.within_guarantee(cpus, gpus):
                     out.borrowed.add(job.id)
-                load.admit(job.cpus, job.gpus)
-            free_cpus, free_gpus = free_cpus - job.cpus, free_gpus - job.gpus
-            for k, v in job.extra.items():
+                load.admit(cpus, gpus)
+            free_cpus, free_gpus = free_cpus - cpus, free_gpus - gpus
+            for k, v in extra_held.items():
                 free_extra[k] = free_extra.get(k, 0.0) - v
             continue
         if job.reason != reason:

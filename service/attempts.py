@@ -38,6 +38,7 @@ from service.code.user_code import check_user_code
 from service.db import phases
 from service.db.models import JobRow
 from service.db.specs import stored_spec
+from service.elastic_grant import launched_spec
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.jobs import JobService
@@ -130,7 +131,8 @@ class Attempts:
             job = s.get(JobRow, job_id)
             if job is None or job.status != JobStatus.QUEUED.value:
                 return None
-            attempt, sid, kind, spec_json = job.attempt + 1, job.submission_id, job.kind, job.spec
+            attempt, sid, kind = job.attempt + 1, job.submission_id, job.kind
+            spec_json = launched_spec(job.spec, job.granted_workers)  # an elastic job's max as granted
             previous = job.ray_job_id
         uri = storage.join(self.service.prefix(job_id), storage.LAUNCH_DIR, f"launch-{attempt}.json")
         if sid is None:

@@ -26,6 +26,7 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
     """What admission and the monitor need of a spec, as plain columns."""
     cpus, gpus = admission.demand(spec)
     holds_cpus, holds_gpus = admission.holds(spec)
+    lo, hi = admission.worker_range(spec) or (None, None)
     return {
         "demand_cpus": cpus,
         "demand_gpus": gpus,
@@ -33,6 +34,8 @@ def typed_columns(spec: JobSpec) -> dict[str, Any]:
         "holds_gpus": holds_gpus,
         "demand_extra": admission.extra_demand(spec) or None,
         "holds_extra": admission.extra_holds(spec) or None,
+        "min_workers": lo,
+        "max_workers": hi,
         "priority": getattr(spec, "priority", 0),
         "scheduling_timeout_s": spec.scheduling_timeout_s,
         "max_runtime_s": spec.max_runtime_s,
@@ -56,6 +59,7 @@ def _queued(row) -> admission.Queued:
         extra=row.demand_extra or {},
         project=row.project,
         priority=row.priority,
+        workers=(row.min_workers, row.max_workers) if row.min_workers and row.max_workers else None,
     )
 
 
@@ -69,6 +73,8 @@ _QUEUED_COLUMNS = (
     JobRow.status_reason,
     JobRow.demand_extra,
     JobRow.project,
+    JobRow.min_workers,
+    JobRow.max_workers,
 )
 
 
@@ -180,6 +186,18 @@ def touched_since(s: Session, before: Marks) -> set[str]:
     into_or_out_of_line = (TransitionRow.from_status == QUEUED) | (TransitionRow.to_status == QUEUED)
     moved = select(TransitionRow.job_id).where(TransitionRow.id > (before.newest_transition or 0), into_or_out_of_line)
     return set(s.scalars(new)) | set(s.scalars(moved))
+
+
+def record_starts(s: Session, plan: admission.Plan) -> None:
+    """What the jobs ``plan`` starts hold from now on: whether beyond their project's
+    guarantee (``borrowed``), and an elastic job's grant with what it holds with it."""
+    if plan.start:
+        s.execute(update(JobRow).where(JobRow.id.in_(plan.start)).values(borrowed=False, granted_workers=None))
+    if plan.borrowed:
+        s.execute(update(JobRow).where(JobRow.id.in_(plan.borrowed)).values(borrowed=True))
+    for job_id, (workers, cpus, gpus, extra) in plan.granted.items():
+        held = {"granted_workers": workers, "holds_cpus": cpus, "holds_gpus": gpus, "holds_extra": extra or None}
+        s.execute(update(JobRow).where(JobRow.id == job_id).values(**held))
 
 
 def tell_the_rest(s: Session, reason: str, exclude: set[str], only: set[str] | None = None) -> int:

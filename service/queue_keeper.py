@@ -85,7 +85,8 @@ class QueueKeeper:
             loads = quotas.loads(s, self.active, self.default_quota, self.half_life_s)
             heads = {p: queue.head(s, skip=skip, project=p) for p in loads}
             order = admission.fair_order(heads, loads)
-            plan = admission.plan(order, admission.free(info, held, extra), free_extra, loads)
+            ceiling = admission.Ceiling(max_cpus, max_gpus, admission.extra_free(info, []))
+            plan = admission.plan(order, admission.free(info, held, extra), free_extra, loads, ceiling)
             self.preempt = self._victims(s, plan, loads)
         self._tell(plan, admission.BEHIND, touched, now_marks)
         return in_flight + plan.start
@@ -127,10 +128,7 @@ class QueueKeeper:
         touched since the last pass and those the last plan looked at), and the places."""
         full = touched is None or rest != self._rest_reason
         with self.sessions.begin() as s:
-            if plan.start:  # started beyond their project's guarantee, or not
-                s.execute(update(JobRow).where(JobRow.id.in_(plan.start)).values(borrowed=False))
-            if plan.borrowed:
-                s.execute(update(JobRow).where(JobRow.id.in_(plan.borrowed)).values(borrowed=True))
+            queue.record_starts(s, plan)
             for job_id, reason in plan.reasons.items():
                 waiting = (JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value)
                 s.execute(update(JobRow).where(*waiting).values(status_reason=reason))

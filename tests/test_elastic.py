@@ -61,8 +61,8 @@ def test_elastic_job_grows_when_cpus_free_up_and_resumes_from_checkpoint(server)
 
     # Holds 2 of the 4 CPUs until cancelled. Ray Train shares the cluster between runs
     # in start order, so the elastic job starts on the 2 left and grows at its first
-    # resize check after the blocker's CPUs are free: to 4, all there is, though its max
-    # is higher (admission counted its min).
+    # resize check after the blocker's CPUs are free: to 4, all there is: its max of 8
+    # is granted as 4, the cluster's size (admission starts it by its min).
     blocker = http.post(
         "/v1/jobs", json=user_spec("userpkg.steps:train", name="blocker", config={"steps": 100_000, "sleep_s": 0.2})
     ).json()["id"]

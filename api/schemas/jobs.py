@@ -54,6 +54,12 @@ class JobPublic(BaseModel):
         description="Started beyond its project's guarantee: it may be preempted (checkpointed, requeued) "
         "when a project under its guarantee needs the room.",
     )
+    granted_workers: int | None = Field(
+        default=None,
+        description="An elastic job, once admitted: the most workers its attempt may grow to, its "
+        "scaling.num_workers.max clamped to its project's quota (max_cpus, max_gpus) and to what the cluster "
+        "could ever hold. Ray Train gets it as the max, and the job's quota use, usage and borrowing count it.",
+    )
     usage: "JobUsage" = Field(
         default_factory=lambda: JobUsage(),
         description="CPU- and GPU-seconds the job held while running, all attempts together.",

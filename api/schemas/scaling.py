@@ -34,6 +34,10 @@ MAX_CUSTOM_RESOURCES = 16
 RESOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 ACCELERATOR_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource for a node's accelerator type
+# What Ray names the resources of a placement group's bundles (``CPU_group_<id>``,
+# ``CPU_group_<index>_<id>``, ``bundle_group_<id>``, and ``bundle`` itself): asked for by a
+# job, they would place its workers in the bundles another job reserved.
+PLACEMENT_GROUP_MARK, PLACEMENT_GROUP_BUNDLE = "_group_", "bundle"
 # Resources that have fields of their own, or that Ray sets on every node.
 RESERVED_RESOURCES = {"CPU": "cpus_per_worker", "GPU": "gpus_per_worker", "memory": "memory_per_worker"}
 
@@ -178,6 +182,12 @@ class ScalingSpec(Strict):
                 raise ValueError(f"{name!r} has a field of its own: set scaling.{RESERVED_RESOURCES[name]}")
             if name.startswith(ACCELERATOR_PREFIX):
                 raise ValueError(f"{name!r}: set scaling.accelerator_type instead")
+            if PLACEMENT_GROUP_MARK in name or name == PLACEMENT_GROUP_BUNDLE:
+                raise ValueError(
+                    f"{name[:80]!r} is the form of Ray's placement-group resources (<resource>_group_<id>, "
+                    "<resource>_group_<index>_<id>, bundle), which hold other jobs' reserved workers: "
+                    "name a custom resource your nodes declare instead (e.g. infiniband), without '_group_'"
+                )
             if name.startswith("node:") or name == "object_store_memory" or not RESOURCE_NAME.match(name):
                 raise ValueError(
                     f"{name[:80]!r} is not a custom resource name this server takes: a letter, then up to 63 "

@@ -56,6 +56,7 @@ def to_public(job: Any) -> JobPublic:
         restarts=[RestartInfo(**r) for r in (job.restarts or [])],
         restarts_total=max(job.restarts_total or 0, len(job.restarts or [])),
         borrowed=bool(job.borrowed),
+        granted_workers=job.granted_workers,
         usage=JobUsage(cpu_seconds=job.cpu_seconds or 0.0, gpu_seconds=job.gpu_seconds or 0.0),
         start_phases=phase_seconds(job.start_phases),
     )

@@ -100,8 +100,14 @@ class JobRow(Base):
     # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
     demand_cpus: Mapped[float | None] = mapped_column(Float)  # to start (an elastic job: its min)
     demand_gpus: Mapped[float | None] = mapped_column(Float)
-    holds_cpus: Mapped[float | None] = mapped_column(Float)  # once started (an elastic job: its max)
+    holds_cpus: Mapped[float | None] = mapped_column(Float)  # once started (an elastic job: its granted max)
     holds_gpus: Mapped[float | None] = mapped_column(Float)
+    # An elastic job's range (scaling.num_workers {min, max}; NULL: a fixed size), and the most
+    # workers its attempt was granted at admission: max clamped to its project's quota and
+    # the cluster. holds_* count the grant from then on, and Ray Train gets it as its max.
+    min_workers: Mapped[int | None] = mapped_column(Integer)
+    max_workers: Mapped[int | None] = mapped_column(Integer)
+    granted_workers: Mapped[int | None] = mapped_column(Integer)
     # Beyond CPUs and GPUs (memory, custom resources, accelerator_type:<name> GPUs); NULL: nothing.
     demand_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     holds_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -62,6 +62,13 @@ class ProjectLoad:
         q = self.quota
         if q.max_running is not None and self.running + 1 > q.max_running:
             return f"waiting for quota: project {self.name} uses {self.running} of {q.max_running} running jobs"
+        for need, limit, what in ((gpus, q.max_gpus, "GPUs"), (cpus, q.max_cpus, "CPUs")):
+            if limit is not None and need > limit + EPS:  # never, whatever the project's other jobs do
+                return (
+                    f"waiting for quota: the job needs {need:g} {what} to start, more than project {self.name}'s "
+                    f"max_{what.lower()} ({limit:g}): ask for less (scaling.num_workers, an elastic job's min; a "
+                    "search's max_concurrent_trials) or raise the quota"
+                )
         if q.max_gpus is not None and gpus > 0 and self.gpus + gpus > q.max_gpus + EPS:
             return f"waiting for quota: project {self.name} uses {self.gpus:g} of {q.max_gpus:g} GPUs"
         if q.max_cpus is not None and cpus > 0 and self.cpus + cpus > q.max_cpus + EPS:
