@@ -34,6 +34,8 @@ def running_seconds(job) -> float:
 def test_a_project_under_its_guarantee_takes_borrowed_room_back(client):
     tag = uuid.uuid4().hex[:6]
     guest, owner = f"guest-{tag}", f"owner-{tag}"
+    for project in (guest, owner):
+        client.create_project(project)  # an admin submits only to projects that exist
     client.set_quota(owner, QuotaSpec(guaranteed_cpus=2))
     assert client.quota(guest).source == "default" and client.quota(owner).guaranteed_cpus == 2
     # The whole cluster, borrowed (guest's guarantee is 0); checkpoints only when asked or at its end.
