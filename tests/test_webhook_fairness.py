@@ -12,6 +12,14 @@ a cut post is tried again after its backoff."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
 
 import httpx
 import pytest
@@ -20,6 +28,7 @@ from service.eventlog.deliverer import backoff_s
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray
 from tests.servers import ServerProcess
+from tests.waiting import wait_for
 from tests.webhook_receiver import DripReceiver, Receiver
 
 TIMEOUT_S, BACKOFF_S = 4.0, 0.5
@@ -90,3 +99,84 @@ def test_a_jobs_dripping_receivers_hold_up_no_other_webhook(server, receivers):
         [first] = c.get(f"/v1/webhooks/{hostile[0]}-1/deliveries").json()["items"]
     assert first["state"] == "pending" and first["attempts"] >= 2 and first["last_status"] is None
     assert "RAYDOCK_WEBHOOK_TIMEOUT_S" in first["last_error"]
+
+
+def _tried(c: httpx.Client, subscription: str) -> list[dict] | None:
+    items = c.get(f"/v1/webhooks/{subscription}/deliveries").json()["items"]
+    return items if items and items[0]["attempts"] >= 1 else None
+
+
+class SilentNameServer:
+    """A name server on a loopback address of its own that takes every query and never
+    answers: the system's resolver, pointed at it, waits its whole timeout."""
+
+    def __init__(self) -> None:
+        self.address = f"127.{secrets.randbelow(200) + 20}.{secrets.randbelow(250) + 1}.{secrets.randbelow(250) + 1}"
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((self.address, 53))
+        self.queries: list[tuple[float, str]] = []  # (time.perf_counter(), the name asked for)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return
+            labels, i = [], 12
+            while i < len(data) and data[i]:
+                labels.append(data[i + 1 : i + 1 + data[i]].decode("ascii", "replace"))
+                i += 1 + data[i]
+            self.queries.append((time.perf_counter(), ".".join(labels)))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _unshare_unavailable() -> str | None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "a mount namespace (for the server's own resolv.conf) needs root and unshare"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=30)
+    return None if probe.returncode == 0 else f"unshare -m failed: {probe.stderr.decode()[:200]}"
+
+
+@pytest.mark.skipif(_unshare_unavailable() is not None, reason=str(_unshare_unavailable()))
+def test_a_name_that_never_resolves_holds_up_no_other_webhook(tmp_path, receivers):
+    """The server resolves names through a name server that never answers (its own
+    resolv.conf, in a mount namespace of its own; 30 s a try): a job's four webhooks on
+    such names hold one lookup at a time, each post is cut off at the deadline, and the
+    other webhooks arrive before the resolver even tries that name again."""
+    honest, _ = receivers
+    names = SilentNameServer()
+    conf = tmp_path / "resolv.conf"
+    conf.write_text(f"nameserver {names.address}\noptions timeout:30 attempts:2\n")
+    hooks = [{"name": "ops", "url": honest.url + "/ops", "events": ["submitted"], "secret": "ops-secret-0123456789"}]
+    env = {
+        "RAYDOCK_WEBHOOK_ALLOW_PRIVATE": "1",
+        "RAYDOCK_WEBHOOK_TIMEOUT_S": "2",
+        "RAYDOCK_WEBHOOK_BACKOFF_S": "30",  # each webhook is tried once here: its error stays to be read
+        "RAYDOCK_WEBHOOK_CONCURRENCY": "4",
+        "RAYDOCK_WEBHOOKS": json.dumps(hooks),
+    }
+    serve = f"mount --bind {conf} /etc/resolv.conf && exec {sys.executable} -m service.cli serve"
+    argv = ["-m", "--propagation", "private", "sh", "-c", serve]
+    server = ServerProcess(tmp_path / "data", dead_ray(), extra_env=env, python="unshare", argv=argv).start()
+    try:
+        hostile = _submit(server, "no-answer", [f"http://slow{i}.dns.test/hook" for i in range(4)])
+        wait_for(lambda: names.queries, 60, "the first lookup")
+        mine = _submit(server, "honest", [honest.url + "/mine"])
+        ops = honest.wait_for("/ops", lambda posts: any(p.event["job_id"] == mine for p in posts), timeout=60)
+        [post] = honest.wait_for("/mine", lambda posts: len(posts) == 1, timeout=60)
+        first_at, first_name = names.queries[0]
+        retried = [at for at, name in names.queries if name == first_name and at > first_at + 1]
+        # Both arrived while the first lookup still waited for its first answer.
+        assert not retried or max(post.at, *(p.at for p in ops)) < retried[0]
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            pages = [wait_for(lambda i=i: _tried(c, f"{hostile}-{i}"), 30, f"a try of {hostile}-{i}") for i in (1, 2)]
+    finally:
+        server.stop()
+        names.close()
+    assert {name for _, name in names.queries} == {first_name}  # one lookup of the job at a time
+    [cut], [waited] = pages
+    assert cut["state"] == "pending" and "RAYDOCK_WEBHOOK_TIMEOUT_S" in cut["last_error"], cut
+    assert waited["state"] == "pending" and "has not finished" in waited["last_error"], waited

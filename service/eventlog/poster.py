@@ -5,19 +5,19 @@ so a receiver answering a byte every few seconds would hold a post for ever; her
 whole post runs under ``asyncio.timeout`` and is cut off (its connection closed) at the
 deadline.
 
-A lane's names are resolved on its own small thread pool (the system's resolver blocks),
-so a slow name server holds up only that lane's lookups, for at most the deadline, and
-an owner (a job, or a server webhook) has at most one lookup running: a lookup that
-outlives its post's deadline keeps its thread until the resolver gives up, and the
-owner's next post is refused meanwhile rather than queueing another."""
+A name is looked up on a thread of its own (the system's resolver blocks), at most as
+many at once as the lane has slots, and an owner (a job, or a server webhook) has at
+most one lookup running: a lookup that outlives its post's deadline keeps its thread
+until the resolver gives up, and the owner's next post is refused meanwhile (tried again
+after its backoff) rather than starting another. A slow name server so holds up the post
+that asked, for at most the deadline, and never another owner's."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 
 import httpx
 
@@ -61,12 +61,11 @@ class Poster:
         self.allow_private = settings.webhook_allow_private
         limits = httpx.Limits(max_connections=workers, max_keepalive_connections=workers)
         self._http = httpx.AsyncClient(follow_redirects=False, timeout=self.timeout_s, trust_env=False, limits=limits)
-        self._resolver = ThreadPoolExecutor(workers, thread_name_prefix=f"raydock-webhook-dns-{lane}")
-        self._lookups: dict[str, Future] = {}  # owner -> its lookup, while it runs
+        self.workers, self.lane = workers, lane
+        self._lookups: dict[str, threading.Thread] = {}  # owner -> its lookup, while it runs
 
     async def aclose(self) -> None:
         await self._http.aclose()
-        self._resolver.shutdown(wait=False, cancel_futures=True)
 
     async def post(self, post: Post) -> Outcome:
         started = time.monotonic()
@@ -108,16 +107,42 @@ class Poster:
 
     async def _address(self, owner: str, host: str, port: int) -> str:
         if literal_address(host) is not None:
-            found = resolve(host, port, allow_private=self.allow_private)  # an address: no lookup
+            address, problem = resolve(host, port, allow_private=self.allow_private)  # an address: no lookup
         else:
-            running = self._lookups.get(owner)
-            if running is not None and not running.done():
-                raise Refused(f"an earlier lookup of {host!r} has not finished; it is tried again later")
-            lookup = self._resolver.submit(partial(resolve, host, port, allow_private=self.allow_private))
-            self._lookups = {o: f for o, f in self._lookups.items() if not f.done()}  # only the running are kept
-            self._lookups[owner] = lookup
-            found = await asyncio.wrap_future(lookup)
-        address, problem = found
+            address, problem = await self._lookup(owner, host, port)
         if problem:
             raise Refused(problem)
         return address
+
+    def _lookup(self, owner: str, host: str, port: int) -> asyncio.Future:
+        """``resolve`` on a thread of its own: a daemon, so a lookup the resolver holds
+        for long delays neither the lane nor the server's exit."""
+        self._lookups = {o: t for o, t in self._lookups.items() if t.is_alive()}
+        if owner in self._lookups:
+            raise Refused(f"an earlier lookup of {host!r} has not finished; it is tried again later")
+        if len(self._lookups) >= self.workers:
+            raise Refused(f"{len(self._lookups)} lookups are under way; {host!r} is looked up later")
+        loop, found = asyncio.get_running_loop(), asyncio.get_running_loop().create_future()
+
+        def settle(result: tuple[str | None, str | None] | None, error: BaseException | None) -> None:
+            if found.done():
+                return  # its post was cut off: nobody waits
+            if error is not None:
+                found.set_exception(error)
+            else:
+                found.set_result(result)
+
+        def run() -> None:
+            try:
+                result, error = resolve(host, port, allow_private=self.allow_private), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the post that waits
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:
+                pass  # the loop is gone: nobody waits any more
+
+        thread = threading.Thread(target=run, name=f"raydock-webhook-lookup-{self.lane}", daemon=True)
+        self._lookups[owner] = thread
+        thread.start()
+        return found
