@@ -101,8 +101,11 @@ def test_a_jobs_dripping_receivers_hold_up_no_other_webhook(server, receivers):
     assert "RAYDOCK_WEBHOOK_TIMEOUT_S" in first["last_error"]
 
 
-def _tried(c: httpx.Client, subscription: str) -> list[dict] | None:
+def _tried(c: httpx.Client, subscription: str, error: str | None = None) -> list[dict] | None:
+    """The subscription's deliveries once the first was tried (``error``: once it was put off with it)."""
     items = c.get(f"/v1/webhooks/{subscription}/deliveries").json()["items"]
+    if error is not None:
+        return items if items and error in (items[0]["last_error"] or "") else None
     return items if items and items[0]["attempts"] >= 1 else None
 
 
@@ -145,7 +148,8 @@ def test_a_name_that_never_resolves_holds_up_no_other_webhook(tmp_path, receiver
     """The server resolves names through a name server that never answers (its own
     resolv.conf, in a mount namespace of its own; 30 s a try): a job's four webhooks on
     such names hold one lookup at a time, each post is cut off at the deadline, and the
-    other webhooks arrive before the resolver even tries that name again."""
+    other webhooks arrive before the resolver even tries that name again. Another job's
+    name, finding the lane's one lookup thread taken, is put off without losing a try."""
     honest, _ = receivers
     names = SilentNameServer()
     conf = tmp_path / "resolv.conf"
@@ -155,7 +159,7 @@ def test_a_name_that_never_resolves_holds_up_no_other_webhook(tmp_path, receiver
         "RAYDOCK_WEBHOOK_ALLOW_PRIVATE": "1",
         "RAYDOCK_WEBHOOK_TIMEOUT_S": "2",
         "RAYDOCK_WEBHOOK_BACKOFF_S": "30",  # each webhook is tried once here: its error stays to be read
-        "RAYDOCK_WEBHOOK_CONCURRENCY": "4",
+        "RAYDOCK_WEBHOOK_CONCURRENCY": "1",  # and the jobs' lane has one lookup thread
         "RAYDOCK_WEBHOOKS": json.dumps(hooks),
     }
     serve = f"mount --bind {conf} /etc/resolv.conf && exec {sys.executable} -m service.cli serve"
@@ -173,6 +177,9 @@ def test_a_name_that_never_resolves_holds_up_no_other_webhook(tmp_path, receiver
         assert not retried or max(post.at, *(p.at for p in ops)) < retried[0]
         with httpx.Client(base_url=server.url, timeout=30) as c:
             pages = [wait_for(lambda i=i: _tried(c, f"{hostile}-{i}"), 30, f"a try of {hostile}-{i}") for i in (1, 2)]
+            # Another job's name waits for the lookup thread, and that costs it no try.
+            later = _submit(server, "named", ["http://other.dns.test/hook"])
+            [busy] = wait_for(lambda: _tried(c, f"{later}-1", "lookups are under way"), 30, "a lookup refused")
     finally:
         server.stop()
         names.close()
@@ -180,3 +187,4 @@ def test_a_name_that_never_resolves_holds_up_no_other_webhook(tmp_path, receiver
     [cut], [waited] = pages
     assert cut["state"] == "pending" and "RAYDOCK_WEBHOOK_TIMEOUT_S" in cut["last_error"], cut
     assert waited["state"] == "pending" and "has not finished" in waited["last_error"], waited
+    assert (busy["state"], busy["attempts"]) == ("pending", 0), busy

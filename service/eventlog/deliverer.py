@@ -186,6 +186,12 @@ class Deliverer:
             row = s.get(DeliveryRow, post.delivery_id)
             if row is None:
                 return
+            if not outcome.tried:  # not sent: looked at again after the first backoff, its tries untouched
+                row.last_error, row.next_at = (
+                    outcome.error,
+                    utcnow() + timedelta(seconds=self.settings.webhook_backoff_s),
+                )
+                return
             row.attempts += 1
             row.last_status, row.last_error, row.last_duration_s = outcome.status, outcome.error, outcome.duration_s
             if outcome.ok:

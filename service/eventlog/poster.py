@@ -47,10 +47,15 @@ class Outcome:
     status: int | None
     error: str | None
     duration_s: float
+    tried: bool = True  # False: not sent for want of a lookup thread, which costs the delivery no try
 
 
 class Refused(Exception):
     """The post was not sent: its target is no webhook target (now), or cannot be looked up."""
+
+
+class Busy(Refused):
+    """The post was not sent: every lookup thread of its lane is taken (by other owners)."""
 
 
 class Poster:
@@ -76,7 +81,8 @@ class Poster:
             error = f"no complete answer within {TIMEOUT_SETTING} ({self.timeout_s:g} s): the post was cut off"
             return Outcome(False, None, error, time.monotonic() - started)
         except Refused as exc:
-            return Outcome(False, None, f"refused: {exc}"[:MAX_ERROR_CHARS], time.monotonic() - started)
+            error = f"refused: {exc}"[:MAX_ERROR_CHARS]
+            return Outcome(False, None, error, time.monotonic() - started, tried=not isinstance(exc, Busy))
         except Exception as exc:  # noqa: BLE001 - any failure of one post is that delivery's, to retry
             return Outcome(False, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], time.monotonic() - started)
         ok = 200 <= status < 300
@@ -121,7 +127,7 @@ class Poster:
         if owner in self._lookups:
             raise Refused(f"an earlier lookup of {host!r} has not finished; it is tried again later")
         if len(self._lookups) >= self.workers:
-            raise Refused(f"{len(self._lookups)} lookups are under way; {host!r} is looked up later")
+            raise Busy(f"{len(self._lookups)} lookups are under way; {host!r} is looked up later")
         loop, found = asyncio.get_running_loop(), asyncio.get_running_loop().create_future()
 
         def settle(result: tuple[str | None, str | None] | None, error: BaseException | None) -> None:
