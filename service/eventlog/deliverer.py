@@ -26,6 +26,7 @@ For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
@@ -48,7 +49,7 @@ log = logging.getLogger("raydock.webhooks")
 
 POLL_S = 0.5
 SEND_BATCH = 256  # subscriptions whose head is looked at per pass
-POSTS_PER_TURN = 20  # a job delivering fast gives its slot up after this many, for the jobs waiting
+POSTS_PER_TURN = 20  # a job delivering fast gives its slot up after this many when others wait for one
 
 
 def backoff_s(attempts: int, base_s: float, cap_s: float) -> float:
@@ -60,6 +61,7 @@ def backoff_s(attempts: int, base_s: float, cap_s: float) -> float:
 class Lane:
     slots: asyncio.Semaphore
     poster: Poster
+    waiting: int = 0  # owners waiting for a slot
 
 
 class Deliverer:
@@ -118,17 +120,25 @@ class Deliverer:
 
     async def _turn(self, lane: Lane, post: Post) -> None:
         """An owner's turn, once a slot of its lane is free: post, settle, and go on with
-        the subscription's next delivery while they are taken (at most POSTS_PER_TURN)."""
+        the subscription's next delivery while they are taken (at most POSTS_PER_TURN
+        while other owners wait for a slot)."""
         sub = post.subscription
         try:
-            async with lane.slots:
-                for _ in range(POSTS_PER_TURN):
+            lane.waiting += 1
+            try:
+                await lane.slots.acquire()
+            finally:
+                lane.waiting -= 1
+            try:
+                for n in itertools.count(1):
                     outcome = await lane.poster.post(post)
                     await asyncio.to_thread(self._settle, post, outcome)
-                    if not outcome.ok or self._stop.is_set():
+                    if not outcome.ok or self._stop.is_set() or (n >= POSTS_PER_TURN and lane.waiting):
                         break
                     if (post := await asyncio.to_thread(self._next, sub)) is None:
                         break
+            finally:
+                lane.slots.release()
         except Exception:  # noqa: BLE001 - the row stays pending and is tried again
             log.exception("webhook %s: a delivery failed to settle", sub.id)
         finally:
