@@ -14,10 +14,10 @@ deadline (``poster.py``). Fairness:
 
 - one post of a job is under way at a time, whichever of its subscriptions it is for, so
   a job's webhooks take at most one of the RAYDOCK_WEBHOOK_CONCURRENCY slots, and a job
-  waiting for a slot is served in turn (first come, first served; a turn is at most
-  POSTS_PER_TURN posts);
+  waiting for a slot is served in turn (first come, first served; a turn ends after
+  POSTS_PER_TURN posts while another job waits);
 - the server's webhooks (RAYDOCK_WEBHOOKS) have a lane of their own: a slot, connections
-  and resolver threads per webhook, which no job's webhook can take.
+  and lookup threads per webhook, which no job's webhook can take.
 
 For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered``,
 ``retrying`` or ``failed`` (``service/runtime.py`` hands it the /metrics counter).
