@@ -215,7 +215,7 @@ class Client(TenancyClient):
         return EventList.model_validate(self.request("GET", "/v1/events", params=params).json())
 
     def webhooks(self) -> list[WebhookPublic]:
-        """The server's webhooks (without their secrets)."""
+        """The server's webhooks (without their secrets); server admins only."""
         return [WebhookPublic.model_validate(w) for w in self.request("GET", "/v1/webhooks").json()]
 
     def deliveries(self, subscription: str, *, before: int | None = None, limit: int = 100) -> DeliveryList:
@@ -281,7 +281,8 @@ class Job:
             since = page.next
 
     def webhooks(self) -> list[WebhookPublic]:
-        """The job's webhooks (its spec's ``notify``) with the secret each post is signed with."""
+        """The job's webhooks (its spec's ``notify``) with the secret each post is signed with
+        (``None`` for a viewer of the job's project)."""
         return [
             WebhookPublic.model_validate(w) for w in self.client.request("GET", f"/v1/jobs/{self.id}/webhooks").json()
         ]

@@ -272,7 +272,9 @@ class Settings(BaseSettings):
         default=False,
         description="Let webhooks target loopback, link-local, private and other non-public addresses (refused by default).",
     )
-    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300, description="How long one webhook post may take.")
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=300, description="How long one whole webhook post may take."
+    )
     webhook_max_attempts: int = Field(
         default=8, ge=1, le=100, description="Tries of one webhook delivery before it is marked failed."
     )
@@ -286,7 +288,7 @@ class Settings(BaseSettings):
         default=600.0, gt=0, le=86_400, description="Longest wait between two tries of a delivery."
     )
     webhook_concurrency: int = Field(
-        default=4, ge=1, le=256, description="Webhook posts in flight at once (each subscription posts one at a time)."
+        default=4, ge=1, le=256, description="Jobs' webhook posts in flight at once (each job posts one at a time)."
     )
     ray_auth_token_path: Path | None = Field(
         default=None,

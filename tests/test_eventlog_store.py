@@ -151,7 +151,9 @@ def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path
     service.delete(job.id, actor="carol")
     with service.sessions() as s:
         events = eventlog.page(s, job_id=job.id).items
-        [hook] = subscriptions.job_webhooks(s, job.id)  # kept after the job, to tell it the job is gone
+        [hook] = subscriptions.job_webhooks(
+            s, job.id, with_secrets=True
+        )  # kept after the job, to tell it the job is gone
     assert [(e.type, e.actor) for e in events if e.type != "status_changed"] == [
         ("submitted", "alice"),
         ("cancelled", "api-token"),
@@ -180,7 +182,8 @@ def test_the_fan_out_makes_each_delivery_once_and_waits_for_late_commits(session
     import json
 
     from service.db.models import ServerMetaRow
-    from service.eventlog.deliverer import CURSOR_KEY, Deliverer
+    from service.eventlog.deliverer import Deliverer
+    from service.eventlog.fanout import CURSOR_KEY
     from service.settings import Settings
 
     hooks = [{"name": "ops", "url": "https://hooks.example.com/x", "events": ["*"], "secret": "s" * 16}]

@@ -80,7 +80,7 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/v1/code/{sha256}"): CODE_READ,
     ("HEAD", "/v1/code/{sha256}"): CODE_READ,
     ("GET", "/v1/events"): OPEN,
-    ("GET", "/v1/webhooks"): OPEN,
+    ("GET", "/v1/webhooks"): SERVER_ADMIN,
     ("GET", "/v1/webhooks/{subscription}/deliveries"): OPEN,
     ("GET", "/v1/users"): SERVER_ADMIN,
     ("POST", "/v1/users"): SERVER_ADMIN,

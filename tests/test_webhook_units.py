@@ -43,6 +43,8 @@ def test_a_signature_verifies_and_anything_changed_does_not():
         "http://100.64.0.1/hook",  # shared address space
         "http://0.0.0.0/hook",
         "http://[fd00:ec2::254]/hook",
+        "http://[2002:a9fe:a9fe::1]/hook",  # 6to4 of 169.254.169.254
+        "http://[2001:0:4136:e378:8000:63bf:5601:5601]/hook",  # Teredo, its client 169.254.169.254
         "ftp://example.com/hook",
         "file:///etc/passwd",
         "http:///nohost",
@@ -70,6 +72,7 @@ def test_the_resolved_address_is_checked_at_send_time():
     assert resolve("localhost", 80, allow_private=True)[0] in ("127.0.0.1", "::1")
     assert address_problem("8.8.8.8") is None
     assert "link-local" in address_problem("fe80::1%eth0")
+    assert address_problem("2002:808:808::1") is None  # 6to4 of a public address
 
 
 def test_backoff_doubles_up_to_its_cap():

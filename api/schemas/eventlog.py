@@ -87,7 +87,8 @@ class WebhookPublic(BaseModel):
     url: str
     events: list[str]
     secret: str | None = Field(
-        default=None, description="The signing secret of a job's webhook (never of the server's)."
+        default=None,
+        description="The signing secret of a job's webhook, for those who may change the job (never of the server's).",
     )
 
 

@@ -42,6 +42,12 @@ class Subscription:
     def wants(self, event_type: str) -> bool:
         return ALL in self.events or event_type in self.events
 
+    @property
+    def owner(self) -> str:
+        """Whose posts these are: the job's (one post of a job is under way at a time),
+        or the server webhook's own."""
+        return self.job_id or self.id
+
 
 def server_webhooks(settings: Settings) -> list[Subscription]:
     """The server's webhooks; a bad RAYDOCK_WEBHOOKS stops the server at start, saying why."""
@@ -87,9 +93,11 @@ def by_id(s: Session, subscription: str, server: list[Subscription]) -> Subscrip
     return _sub(row) if row is not None else None
 
 
-def job_webhooks(s: Session, job_id: str) -> list[WebhookPublic]:
+def job_webhooks(s: Session, job_id: str, *, with_secrets: bool) -> list[WebhookPublic]:
+    """A job's webhooks; their signing secrets only ``with_secrets`` (for those who may
+    change the job: a secret lets its holder forge the job's posts)."""
     rows = s.scalars(select(WebhookRow).where(WebhookRow.job_id == job_id).order_by(WebhookRow.id))
-    return [WebhookPublic(id=r.id, url=r.url, events=r.events, secret=r.secret) for r in rows]
+    return [WebhookPublic(id=r.id, url=r.url, events=r.events, secret=r.secret if with_secrets else None) for r in rows]
 
 
 def public(sub: Subscription) -> WebhookPublic:

@@ -1,6 +1,6 @@
 """Where a webhook may post: http or https to a public address. Loopback, link-local
 (the cloud metadata address 169.254.169.254 among them), private, shared, reserved and
-multicast targets are refused unless the operator sets RAYDOCK_WEBHOOK_ALLOW_PRIVATE, so
+multicast targets, and IPv6 addresses that embed one (IPv4-mapped, 6to4, Teredo), are refused unless the operator sets RAYDOCK_WEBHOOK_ALLOW_PRIVATE, so
 a webhook cannot become a way into the server's own network. The URL is checked at
 submit (a literal address or a ``localhost`` name) and the name's resolved addresses
 again before every post (a public name can point anywhere), which then connects to the
@@ -30,8 +30,13 @@ def refused(where: str, url: str, why: str) -> InvalidSpec:
 def address_problem(address: str) -> str | None:
     """Why an IP address is no webhook target (None: a public address)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        else:  # 6to4 and Teredo carry an IPv4 address a relay delivers to: it is checked as one
+            for embedded in (ip.sixtofour, *(ip.teredo or ())):
+                if embedded is not None and (problem := address_problem(str(embedded))):
+                    return f"{problem}, embedded in {ip}"
     for kind in ("loopback", "link_local", "unspecified", "multicast", "private", "reserved"):
         if getattr(ip, f"is_{kind}"):
             return f"it is a {kind.replace('_', '-')} address ({ip})"

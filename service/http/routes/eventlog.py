@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from api.errors import job_not_found
+from api.errors import admin_only, job_not_found
 from api.schemas import INT64_MAX
 from api.schemas.eventlog import DeliveryList, EventList, EventType, WebhookPublic
 from service.db.models import JobRow
@@ -68,17 +68,22 @@ def list_job_events(
     operation_id="list_job_webhooks",
     responses=errors(404, 422),
 )
-def list_job_webhooks(store: Store, job_id: JobId) -> list[WebhookPublic]:
-    """The job's webhooks (its spec's `notify`) with the secret each post is signed with."""
+def list_job_webhooks(store: Store, caller: CurrentCaller, job_id: JobId) -> list[WebhookPublic]:
+    """The job's webhooks (its spec's `notify`), with the secret each post is signed with
+    for those who may change the job (a viewer of its project gets them without)."""
     with store() as s:
-        if s.get(JobRow, job_id) is None:
+        job = s.get(JobRow, job_id)
+        if job is None:
             raise job_not_found(job_id)
-        return subscriptions.job_webhooks(s, job_id)
+        return subscriptions.job_webhooks(s, job_id, with_secrets=caller.can_write(job.project))
 
 
-@router.get("/webhooks", response_model=list[WebhookPublic], operation_id="list_webhooks")
-def list_webhooks(settings: AppSettings) -> list[WebhookPublic]:
-    """The server's webhooks (RAYDOCK_WEBHOOKS), without their secrets."""
+@router.get("/webhooks", response_model=list[WebhookPublic], operation_id="list_webhooks", responses=errors(403))
+def list_webhooks(settings: AppSettings, caller: CurrentCaller) -> list[WebhookPublic]:
+    """The server's webhooks (RAYDOCK_WEBHOOKS), without their secrets: server admins only
+    (a webhook's URL often carries a credential of its receiver)."""
+    if not caller.admin:
+        raise admin_only("Listing the server's webhooks")
     return [subscriptions.public(sub) for sub in subscriptions.server_webhooks(settings)]
 
 
