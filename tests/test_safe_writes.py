@@ -23,6 +23,7 @@ from service.attempts import Attempts
 from service.db.models import JobRow, utcnow
 from service.events.tokens import token_hash
 from service.preemption import Preemptions
+from service.retention import Policy, Retention
 from tests import attacks, code_attacks, write_attacks
 from tests.jobstore import set_columns, submit
 from tests.write_attacks import DB_BYTES, PLANTS, job_prefix, plant, tree, written_whole
@@ -105,7 +106,8 @@ def test_a_code_upload_is_never_written_through_a_plant(target, tmp_path, how):
     assert target.service.code.verify(sha)
 
 
-def test_deleting_a_job_never_follows_a_link_out_of_its_prefix(target, tmp_path, request):
+@pytest.mark.parametrize("by", ["http", "retention"])
+def test_deleting_a_job_never_follows_a_link_out_of_its_prefix(target, tmp_path, request, by):
     outside = tmp_path / "outside"
     (outside / "dir").mkdir(parents=True)
     (outside / "dir" / "raydock.db").write_bytes(DB_BYTES)
@@ -126,9 +128,14 @@ def test_deleting_a_job_never_follows_a_link_out_of_its_prefix(target, tmp_path,
     request.addfinalizer(lambda: subprocess.run(["rm", "-rf", "--", str(deep_prefix)], check=False))
     before = tree(outside)
 
-    for job_id in (inside, whole, deep):
-        r = httpx.delete(f"{target.url}/v1/jobs/{job_id}", timeout=30)
-        assert r.status_code == 204, r.text
+    if by == "http":
+        for job_id in (inside, whole, deep):
+            r = httpx.delete(f"{target.url}/v1/jobs/{job_id}", timeout=30)
+            assert r.status_code == 204, r.text
+    else:
+        storage_path = target.service.settings.resolved_storage_path
+        retention = Retention(target.service.sessions, storage_path, Policy(days=7))
+        assert sorted(retention.delete_batch([inside, whole, deep])) == sorted([inside, whole, deep])
 
     assert tree(outside) == before
     assert not any(os.path.lexists(p) for p in (prefix, whole_prefix, deep_prefix))
