@@ -8,6 +8,9 @@ failure:
    submission id and the spec go into a launch file under the job's own storage prefix
    (0600); the driver is given only its URI, so neither sits in Ray's job list nor in the
    size-limited env, and deletes the file once read (``trainers.launch.take_launch``).
+   Jobs can write that prefix, so the file is written without following a link planted
+   there (``storage.write_private``), and its sha256 is stored and handed to the driver
+   in its environment: a file rewritten since is refused, not run.
 2. ``backend.submit`` with that id; a submit of an id Ray already has is recognised.
 3. ``confirm``: the attempt counts (``attempt``, ``ray_job_id``, STARTING) in one
    compare-and-set. A job cancelled meanwhile is not started: its Ray job is stopped.
@@ -20,6 +23,7 @@ a submit, failed while the cluster was unreachable, deleted).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -31,7 +35,7 @@ from sqlalchemy import select, update
 
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
-from api.schemas.events import LAUNCH_URI_ENV, PREEMPT_URI_ENV
+from api.schemas.events import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV
 from service import lifecycle, rank_plan, storage
 from service.code.packages import altered
 from service.code.user_code import check_user_code
@@ -133,19 +137,22 @@ class Attempts:
                 return None
             attempt, sid, kind = job.attempt + 1, job.submission_id, job.kind
             spec_json = launched_spec(job.spec, job.granted_workers)  # an elastic job's max as granted
-            previous = job.ray_job_id
-        uri = storage.join(self.service.prefix(job_id), storage.LAUNCH_DIR, f"launch-{attempt}.json")
+            previous, launch_sha256 = job.ray_job_id, job.launch_sha256
+        prefix, name = self.service.prefix(job_id), f"{storage.LAUNCH_DIR}/launch-{attempt}.json"
+        uri = storage.join(prefix, name)
         if sid is None:
             sid = submission_id(job_id, attempt)
             token, digest = new_events_token()
             resources = rank_plan.entrypoint_resources(stored_spec(spec_json), self.settings, self.backend)
             launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
-            storage.write_private(uri, json.dumps(launch).encode())
+            data = json.dumps(launch).encode()
+            launch_sha256 = hashlib.sha256(data).hexdigest()
+            storage.write_private(prefix, name, data)
             with self.sessions.begin() as s:
                 fixed = s.execute(
                     update(JobRow)
                     .where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_(None))
-                    .values(submission_id=sid, events_token_hash=digest),
+                    .values(submission_id=sid, events_token_hash=digest, launch_sha256=launch_sha256),
                     execution_options={"synchronize_session": False},
                 ).rowcount
                 if fixed == 1:
@@ -155,13 +162,17 @@ class Attempts:
             if fixed != 1:
                 return None  # cancelled (or prepared elsewhere) meanwhile
         else:
-            resources = self._launched_resources(uri)
+            resources = self._launched_resources(uri, launch_sha256)
         spec = stored_spec(spec_json)
         if not self._code_still_allowed(job_id, spec):
             return None
         train = code_spec(spec)
         runtime_env = dict(train.runtime_env or {})
-        env = {**self._env(kind, uri), PREEMPT_URI_ENV: marker_uri(self.service.prefix(job_id), attempt)}
+        env = {
+            **self._env(kind, uri),
+            LAUNCH_SHA256_ENV: launch_sha256 or "",
+            PREEMPT_URI_ENV: marker_uri(prefix, attempt),
+        }
         runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **env}
         if train.working_dir:
             runtime_env["working_dir"] = train.working_dir
@@ -169,12 +180,17 @@ class Attempts:
             runtime_env["working_dir"] = self.service.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous, resources)
 
-    def _launched_resources(self, uri: str) -> dict[str, float] | None:
+    def _launched_resources(self, uri: str, sha256: str | None) -> dict[str, float] | None:
         """The local ranks' resources an earlier preparation of this attempt wrote into its
-        launch file: a submit retried must hold what its driver will run."""
+        launch file: a submit retried must hold what its driver will run. A file whose bytes
+        are no longer the server's (rewritten by a job) says nothing; its driver refuses it."""
         try:
             with storage.open_random_access(uri) as f:
-                return json.loads(f.read()).get("local_ranks")
+                data = f.read()
+            if hashlib.sha256(data).hexdigest() != sha256:
+                log.warning("the launch file %s was changed after the server wrote it", uri)
+                return None
+            return json.loads(data).get("local_ranks")
         except (OSError, ValueError):
             return None
 

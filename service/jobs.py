@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 import uuid
 from typing import Any, Callable
@@ -46,6 +47,8 @@ from service.settings import Settings
 from service.telemetry import instruments
 from service.tenancy import quotas
 from service.tracking import enrol as tracking
+
+log = logging.getLogger("raydock.jobs")
 
 CAPACITY_TTL_S = 2.0  # how long the submit-time capacity check reuses Ray's answer
 DEADLOCK = "40P01"  # PostgreSQL's SQLSTATE for a transaction it rolled back to break a deadlock
@@ -292,7 +295,10 @@ class JobService(JobReads):
         # A chunk of its rows per transaction, the job row last (service/purge.py).
         purge.delete_jobs(self.sessions, [job_id])
         # The rows are gone first: a crash here leaves files, never a row without files.
-        storage.delete_tree(self.prefix(job_id))
+        try:
+            storage.remove(self.prefix(job_id))
+        except OSError as exc:  # a job still writing there; what it left is only ever its own
+            log.warning("job %s deleted; its storage could not be removed: %s", job_id, exc)
         if ray_job_id:
             try:
                 self.backend.delete(ray_job_id)

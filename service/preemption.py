@@ -30,7 +30,11 @@ log = logging.getLogger("raydock.preemption")
 def marker_uri(prefix: str, attempt: int) -> str:
     """Where an attempt's preemption marker goes (per attempt: a requeued job's next
     attempt never sees the last one's)."""
-    return storage.join(prefix, storage.LAUNCH_DIR, f"preempt-{attempt}")
+    return storage.join(prefix, marker_name(attempt))
+
+
+def marker_name(attempt: int) -> str:
+    return f"{storage.LAUNCH_DIR}/preempt-{attempt}"
 
 
 class Preemptions:
@@ -67,7 +71,7 @@ class Preemptions:
         if (job_id, attempt) in self._told:
             return
         try:
-            storage.write_private(marker_uri(self.service.prefix(job_id), attempt), b"preempted\n")
+            storage.write_private(self.service.prefix(job_id), marker_name(attempt), b"preempted\n")
             self._told.add((job_id, attempt))
         except OSError as exc:  # the deadline still stops it; the next tick tries again
             log.warning("job %s: could not write its preemption marker: %s", job_id, exc)

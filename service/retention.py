@@ -147,7 +147,7 @@ class Retention:
         gone = purge.delete_jobs(self.sessions, purge.mark(self.sessions, job_ids, FINISHED))
         for job_id in gone:
             try:
-                storage.delete_tree(storage.job_prefix(self.storage_path, job_id))
+                storage.remove(storage.job_prefix(self.storage_path, job_id))
             except OSError as exc:
                 log.warning("job %s deleted; its storage could not be removed: %s", job_id, exc)
         return gone

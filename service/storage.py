@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from service.files import localfs
+from service.files import localfs, nofollow
 
 LAUNCH_DIR = "_raydock"  # under a job's prefix: what the server hands each attempt's driver
 
@@ -92,55 +92,57 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-def write_private(uri: str, data: bytes) -> None:
-    """Write a file only the server's user can read (0600 where the filesystem has modes)."""
-    if is_local(uri):
-        path = uri.removeprefix("file://")
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(path, 0o600)
+def write_private(prefix: str, relative: str, data: bytes) -> None:
+    """Write ``relative`` under ``prefix`` so only the server's user can read it (0600
+    where the filesystem has modes). Locally nothing on the way below the prefix's parent
+    (the server's) is followed: a link a job planted at the prefix, at a folder or at the
+    file itself is replaced, never written through (service/files/nofollow.py)."""
+    if is_local(prefix):
+        parent, name = _split_prefix(prefix)
+        nofollow.write_file_nofollow(parent, f"{name}/{relative}", data, 0o600)
         return
-    fs, path = _resolve(uri)
+    fs, path = _resolve(join(prefix, relative))
     fs.create_dir(posixpath.dirname(path), recursive=True)
     with fs.open_output_stream(path) as f:
         f.write(data)
 
 
-def delete_file(uri: str) -> None:
-    fs, path = _resolve(uri)
-    if fs.get_file_info(path).type == pafs.FileType.File:
+def remove(prefix: str, relative: str = "") -> None:
+    """Delete ``relative`` under ``prefix`` (a file or a tree), or the whole prefix when
+    ``relative`` is empty. Locally no link is followed, on the way or inside: a link in
+    place of what is deleted goes itself, never what it points at."""
+    if is_local(prefix):
+        parent, name = _split_prefix(prefix)
+        nofollow.remove_nofollow(parent, f"{name}/{relative}" if relative else name)
+        return
+    fs, path = _resolve(join(prefix, relative) if relative else prefix)
+    kind = fs.get_file_info(path).type
+    if kind == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    elif kind == pafs.FileType.File:
         fs.delete_file(path)
 
 
-def delete_tree(uri: str) -> None:
-    fs, path = _resolve(uri)
-    if fs.get_file_info(path).type == pafs.FileType.Directory:
-        fs.delete_dir(path)
-
-
-def put_file(local_path: str, uri: str) -> None:
-    """Store a local file at ``uri`` whole or not at all: a local target is written next
-    to it and renamed, an object store's upload becomes visible only when complete."""
-    if is_local(uri):
-        target = uri.removeprefix("file://")
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        partial = f"{target}.partial-{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            with open(local_path, "rb") as src, open(partial, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
-            os.replace(partial, target)
-        finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
+def put_file(local_path: str, prefix: str, relative: str) -> None:
+    """Store a local file at ``relative`` under ``prefix`` whole or not at all: a local
+    target is written next to it and renamed (no link followed, as ``write_private``), an
+    object store's upload becomes visible only when complete."""
+    if is_local(prefix):
+        parent, name = _split_prefix(prefix)
+        with open(local_path, "rb") as src:
+            nofollow.write_file_nofollow(parent, f"{name}/{relative}", src, 0o600)
         return
-    fs, path = _resolve(uri)
+    fs, path = _resolve(join(prefix, relative))
     fs.create_dir(posixpath.dirname(path), recursive=True)
     with open(local_path, "rb") as src, fs.open_output_stream(path) as dst:
         while chunk := src.read(1 << 20):
             dst.write(chunk)
+
+
+def _split_prefix(prefix: str) -> tuple[str, str]:
+    """A local prefix as its parent (the server's, resolved) and its own name (not followed)."""
+    norm = os.path.normpath(local_path(prefix))
+    return os.path.realpath(os.path.dirname(norm)), os.path.basename(norm)
 
 
 def open_random_access(uri: str):

@@ -50,7 +50,7 @@ def history(service) -> dict[str, str]:
     set_columns(service, jobs["resumed"], status="QUEUED", finished_at=now - timedelta(days=40))
     with service.sessions.begin() as s:
         for job_id in jobs.values():
-            storage.write_private(storage.join(service.prefix(job_id), "ckpt", "model.pt"), b"weights")
+            storage.write_private(service.prefix(job_id), "ckpt/model.pt", b"weights")
             s.add(CheckpointRow(job_id=job_id, attempt=1, path=storage.join(service.prefix(job_id), "ckpt")))
             s.add(TransitionRow(job_id=job_id, from_status="QUEUED", to_status="STARTING"))
     return jobs

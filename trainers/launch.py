@@ -11,6 +11,9 @@ the file is no secret from other jobs: the driver deletes it as soon as it has r
 (``take_launch``), and hands the events channel (URL, token, submission id) to the other
 processes that send events (the Train controller) inside its callbacks, not through the
 file. The token is good only for this attempt's Ray submission id, which every push names.
+For the same reason the file is no proof of itself: the server names the sha256 of the
+bytes it wrote in ``RAYDOCK_LAUNCH_SHA256`` (an environment no other job can change), and
+a file that does not hash to it is refused (``LaunchAltered``), not run.
 Without a launch URI (a driver run by hand) the job's facts are read from ``RAYDOCK_JOB_ID``, ``RAYDOCK_JOB_SPEC``,
 ``RAYDOCK_STORAGE_PATH``, ``RAYDOCK_EVENTS_URL`` and ``RAYDOCK_EVENTS_TOKEN`` instead.
 """
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from api.schemas.events import LAUNCH_URI_ENV
+from api.schemas.events import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
 
 JOB_ID_ENV = "RAYDOCK_JOB_ID"
 SPEC_ENV = "RAYDOCK_JOB_SPEC"
@@ -59,6 +63,21 @@ class EventsChannel:
     submission_id: str | None
 
 
+class LaunchAltered(RuntimeError):
+    """The launch file's bytes are not those the server wrote."""
+
+
+def _checked(uri: str, data: bytes) -> bytes:
+    expected = os.environ.get(LAUNCH_SHA256_ENV)
+    if expected and (got := hashlib.sha256(data).hexdigest()) != expected:
+        raise LaunchAltered(
+            f"The launch file {uri} hashes to sha256 {got}, not {expected} as the server wrote it "
+            f"({LAUNCH_SHA256_ENV}): something else on the cluster rewrote it, so this attempt does not run. "
+            "Resume the job to start a new attempt with a fresh launch file."
+        )
+    return data
+
+
 def _delete_uri(uri: str) -> None:
     if "://" not in uri or uri.startswith("file://"):
         with contextlib.suppress(FileNotFoundError):
@@ -86,7 +105,7 @@ def _read_uri(uri: str) -> bytes:
 def read_launch() -> Launch:
     """The launch of the job this process belongs to."""
     if uri := os.environ.get(LAUNCH_URI_ENV):
-        data = json.loads(_read_uri(uri))
+        data = json.loads(_checked(uri, _read_uri(uri)))
         return Launch(
             job_id=data.get("job_id"),
             storage_path=data.get("storage_path"),

@@ -21,6 +21,9 @@ from api.schemas.common import bounded_json
 MARKER = "RAYDOCK_EVENT "
 # The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
 LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
+# The sha256 of that file's bytes as the server wrote them: jobs can write the storage, so
+# the driver refuses a launch file whose bytes differ.
+LAUNCH_SHA256_ENV = "RAYDOCK_LAUNCH_SHA256"
 # Where a training attempt finds its preemption marker (service/preemption.py, trainers/preemption.py).
 PREEMPT_URI_ENV = "RAYDOCK_PREEMPT_URI"
 

@@ -86,8 +86,13 @@ class CodeStore:
         s = self.settings
         return CodeLimits(max_bytes=s.code_max_bytes, max_files=s.code_max_files, retention_s=s.code_retention_s)
 
+    @property
+    def folder(self) -> str:
+        """Where the packages are stored: under the storage path, which jobs can write too."""
+        return storage.join(self.settings.resolved_storage_path, CODE_DIR)
+
     def uri(self, sha256: str) -> str:
-        return storage.join(self.settings.resolved_storage_path, CODE_DIR, f"{sha256}.zip")
+        return storage.join(self.folder, f"{sha256}.zip")
 
     def fetch_uri(self, sha256: str) -> str:
         """What Ray is given as the job's ``working_dir``."""
@@ -197,7 +202,7 @@ class CodeStore:
 
     def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, project: str, actor: str) -> Stored:
         with self._lock:
-            storage.put_file(str(tmp), self.uri(sha256))
+            storage.put_file(str(tmp), self.folder, f"{sha256}.zip")
             try:
                 with self.sessions.begin() as s:
                     row = s.get(CodePackageRow, sha256)
@@ -293,7 +298,7 @@ class CodeStore:
                     if deleted:
                         s.execute(delete(CodeRefRow).where(CodeRefRow.sha256 == sha256))
                 if deleted:
-                    storage.delete_file(self.uri(sha256))
+                    storage.remove(self.folder, f"{sha256}.zip")
                     gone.append(sha256)
         if gone:
             log.info("deleted %d code package(s) no job references: %s", len(gone), ", ".join(g[:12] for g in gone))

@@ -66,6 +66,8 @@ class JobRow(Base):
     submission_id: Mapped[str | None] = mapped_column(String(128))
     # sha256 of the current attempt's events token; the token itself reaches only the driver.
     events_token_hash: Mapped[str | None] = mapped_column(String(64))
+    # The sha256 of the launch file written for the attempt being prepared (its driver checks it).
+    launch_sha256: Mapped[str | None] = mapped_column(String(64))
     log_offset: Mapped[int] = mapped_column(Integer, default=0)  # chars of the current attempt's log stored
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     priority: Mapped[int] = mapped_column(Integer, default=0)

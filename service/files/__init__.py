@@ -1,3 +1,4 @@
-"""Reading what jobs wrote, as the API host: local files opened by directory fd without
-following a link a job planted (localfs.py), and a checkpoint streamed as a tar.gz
-(archive.py). Imports nothing of service but storage."""
+"""What jobs wrote, as the API host reads it, and what the server writes beside it: local
+files opened by directory fd without following a link a job planted (localfs.py), the
+server's own writes and deletes under the storage path done the same way (nofollow.py),
+and a checkpoint streamed as a tar.gz (archive.py). Imports nothing of service but storage."""

@@ -15,6 +15,8 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from service.files import nofollow
+
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO the job left would otherwise wait for a writer forever.
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -50,18 +52,10 @@ def real_prefix(prefix: str) -> str:
 
 def open_dir_under(dir_fd: int, relative: str) -> int:
     """The directory ``relative`` below ``dir_fd``, walked one component at a time with ``O_NOFOLLOW``."""
-    fd = os.dup(dir_fd)
-    try:
-        for part in [p for p in relative.split("/") if p not in ("", ".")]:
-            if part == "..":
-                raise PermissionError(f"{relative!r} climbs out of its directory")
-            nxt = os.open(part, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise PermissionError(f"{relative!r} climbs out of its directory")
+    return nofollow.open_dirs(dir_fd, parts, create=False)
 
 
 @dataclass

@@ -70,4 +70,4 @@ class TensorboardSink:
         for folder, _, files in os.walk(root):
             for name in files:
                 path = os.path.join(folder, name)
-                storage.put_file(path, storage.join(self.folder(job_id), os.path.relpath(path, root)))
+                storage.put_file(path, self.folder(job_id), os.path.relpath(path, root))
