@@ -378,7 +378,8 @@ def test_a_submit_past_its_projects_quota_says_which_quota_and_who_raises_it(wor
         assert told.exit_code == 1
         assert "Project full is at its quota: 1 of 1 jobs waiting to start (max_queued)." in told.output
         assert "server admin" in told.output and "raydock quota set full --max-queued" in told.output
-        assert "busy" not in told.output and "Try again" not in told.output
+        assert "not a busy server" in told.output
+        assert "The server is busy" not in told.output and "Try again" not in told.output
         with Client(world.url, token=admin) as sdk, pytest.raises(QuotaExceeded) as refused:
             sdk.submit(digits_spec(name="one-more", project="full"))
         assert "not a busy server" in str(refused.value) and "raydock quota set full" in str(refused.value)

@@ -115,8 +115,8 @@ def _quota(exc: RaydockError) -> list[str]:
     project, quota, limit = d.get("project", "?"), d["quota"], d.get("limit", "?")
     return [
         f"Project {project} is at its quota: {d.get('used', '?')} of {limit} jobs waiting to start ({quota}).",
-        "The server is fine; the project may not queue more. Submit again once some of its queued jobs have started "
-        "(raydock list --status QUEUED), or cancel some (raydock cancel JOB_ID).",
+        "That is a limit set for the project, not a busy server: the same submit is refused until some of its "
+        "queued jobs have started (raydock list --status QUEUED) or you cancel some (raydock cancel JOB_ID).",
         f"To queue more, ask a server admin to raise the quota: raydock quota show {project}, then "
         f"raydock quota set {project} --max-queued N with its other limits (set replaces the whole quota).",
     ]
