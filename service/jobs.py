@@ -134,7 +134,7 @@ class JobService(JobReads):
             "labels": spec.labels,
             "spec": spec.model_dump(mode="json"),
             **queue.typed_columns(spec),
-            "idempotency_key": idempotency_key,
+            "project_idempotency_key": idempotency_key,
             "idempotency_hash": digest,
             "created_at": now,
             "queued_at": now,
@@ -162,15 +162,12 @@ class JobService(JobReads):
 
     def _by_key(self, key: str, digest: str, project: str) -> JobPublic | None:
         with self.sessions() as s:
-            q = select(JobRow.id, JobRow.idempotency_hash, JobRow.project).where(JobRow.idempotency_key == key)
+            q = select(JobRow.id, JobRow.idempotency_hash).where(
+                JobRow.project == project, JobRow.project_idempotency_key == key
+            )  # keys are per project: another project's use of one is neither seen nor in the way
             row = s.execute(q).first()
         if row is None:
             return None
-        if row.project != project:  # keys are unique server-wide; another project's job is never named
-            raise Conflict(
-                f"Idempotency-Key {key!r} is taken on this server. Use a new key for a new job.",
-                code="idempotency_key_reused",
-            )
         if row.idempotency_hash is not None and row.idempotency_hash != digest:
             raise Conflict(
                 f"Idempotency-Key {key!r} was used for job {row.id} with a different body. "

@@ -74,4 +74,5 @@ def build_runtime(settings: Settings) -> Runtime:
     )
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
-    return Runtime(settings, service, monitor, head, retention, deliverer, Users(sessions), Projects(sessions))
+    users = Users(sessions, max_token_ttl_days=settings.max_token_ttl_days)
+    return Runtime(settings, service, monitor, head, retention, deliverer, users, Projects(sessions))

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.schemas.quotas import QuotaSpec
+from api.schemas.tenancy import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
 
 
 class Settings(BaseSettings):
@@ -114,6 +115,13 @@ class Settings(BaseSettings):
         default=3600.0,
         le=366 * 86_400,
         description="Half-life of the recent usage that orders projects in the queue.",
+    )
+    max_token_ttl_days: float = Field(
+        default=DEFAULT_TOKEN_TTL_DAYS,
+        gt=0,
+        le=MAX_TOKEN_TTL_DAYS,
+        description="The longest an API token made over the API lives: one asked for with no expiry gets this one; "
+        "one asked for longer is refused (422 token_lifetime_too_long).",
     )
     preemption_grace_s: float = Field(
         default=30.0,

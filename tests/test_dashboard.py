@@ -21,9 +21,13 @@ import yaml
 from typer.testing import CliRunner
 
 from api.client import Client
+from api.schemas.events import MetricEvent, StartedEvent, event_line
 from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
+from service.db.models import JobRow, utcnow
+from service.events import logs
 from tests.conftest import user_spec
+from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
 from tests.test_tune import BASE, search
 
@@ -270,6 +274,61 @@ def test_login_with_a_token_and_a_wrong_one_refused(browser, tmp_path):
     finally:
         t.context.close()
         server.stop()
+
+
+# A finished job's log as its driver wrote it: the job's own lines among the event lines
+# that report to the server (one of them with the prefix Ray puts on a worker's output).
+JOB_LOG = "\n".join(
+    [
+        "Running entrypoint for job raysubmit_1",
+        event_line(StartedEvent(type="started", seq=0, ts=1.0)),
+        "epoch 1: loss 0.52",
+        "(RayTrainWorker pid=4242) " + event_line(MetricEvent(type="metric", seq=0, ts=2.0, metrics={"loss": 0.52})),
+        "epoch 2: loss 0.31",
+        event_line(MetricEvent(type="metric", seq=1, ts=3.0, metrics={"loss": 0.31})),
+        "done",
+        "",
+    ]
+)
+
+
+def test_the_job_log_shows_the_jobs_own_output_and_event_lines_on_request(browser, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    url = f"sqlite:///{data / 'raydock.db'}"
+    service = job_service(url, data)  # no cluster: the job and its log are put in the store
+    job_id = submit(service, name="log-lines")
+    with service.sessions.begin() as s:
+        logs.append(s, s.get(JobRow, job_id), JOB_LOG, cap=1 << 20)
+    set_columns(service, job_id, status="SUCCEEDED", finished_at=utcnow())
+    server = ServerProcess(data, dead_ray(), extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+    t = Tab(browser)
+    try:
+        page = t.page
+        page.goto(f"{server.url}/jobs/{job_id}")
+        log = page.locator("#log")
+        log.filter(has_text="done").wait_for()
+        shown = log.inner_text()
+        assert "epoch 1: loss 0.52" in shown and "epoch 2: loss 0.31" in shown
+        assert "RAYDOCK_EVENT" not in shown
+        assert page.inner_text("#log-info").startswith("3 event lines hidden")
+        t.shot("job-log")
+
+        page.fill("#log-search", "loss")  # a search looks at what is shown
+        page.locator("#log mark").first.wait_for()
+        assert page.inner_text("#log-info").startswith("2 matching lines")
+        page.fill("#log-search", "")
+
+        page.get_by_label("Show event lines").check()
+        log.filter(has_text="RAYDOCK_EVENT").wait_for()
+        assert log.inner_text().count("RAYDOCK_EVENT") == 3 and "(RayTrainWorker pid=4242)" in log.inner_text()
+        assert page.inner_text("#log-info") == ""
+        t.shot("job-log-events")
+        assert t.unexpected() == []
+    finally:
+        t.context.close()
+        server.stop()
+        service.sessions.kw["bind"].dispose()
 
 
 def test_an_unknown_page_and_an_unknown_api_path(dash, tab):

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+from api.client import Client
+from api.errors import QuotaExceeded
 from service.db.models import utcnow
 from service.db.tenancy_models import JobUsageRow
 from tests.conftest import digits_spec
+from tests.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
 from tests.tenancy_world import IDENTITIES, World, start_world
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
@@ -295,6 +300,92 @@ def test_the_cli_manages_users_projects_and_tokens(world):
     assert cli(world, admin, "project", "remove-member", "gamma", "dave").exit_code == 0
     assert cli(world, admin, "user", "revoke", "dave").exit_code == 0
     assert "dave" not in cli(world, admin, "user", "list").output
+
+
+def test_a_token_never_outlives_the_token_that_made_it(world):
+    """A user's 1-day token cannot mint a token for that user that lives longer (nor one
+    that never expires); no token made over the API lives past RAYDOCK_MAX_TOKEN_TTL_DAYS."""
+    admin = world.tokens["admin"]  # the first start's token: it never expires
+    short = mint(world.url, admin, "mate", expires_in_days=1, name="short").raise_for_status().json()
+    forever = mint(world.url, short["token"], "mate", name="forever")  # no expiry asked for
+    longer = mint(world.url, short["token"], "mate", expires_in_days=30, name="longer")
+    capped = mint(world.url, admin, "mate", name="capped")
+    too_long = mint(world.url, admin, "mate", expires_in_days=400, name="too-long")
+    made = [r.json() for r in (forever, longer, capped, too_long) if r.status_code == 201] + [short]
+    try:
+        assert forever.status_code == 201 and forever.json()["expires_at"] is not None
+        assert datetime.fromisoformat(forever.json()["expires_at"]) <= datetime.fromisoformat(short["expires_at"])
+        assert longer.status_code == 422 and longer.json()["error"]["code"] == "token_lifetime_too_long"
+        assert "expires_in_days" in longer.json()["error"]["message"]
+        assert capped.status_code == 201 and 364.99 < lifetime_days(capped.json()) <= 365
+        assert too_long.status_code == 422 and too_long.json()["error"]["code"] == "token_lifetime_too_long"
+        assert "RAYDOCK_MAX_TOKEN_TTL_DAYS" in too_long.json()["error"]["message"]
+    finally:
+        with world.http("admin") as http:
+            for token in made:
+                http.delete(f"/v1/users/mate/tokens/{token['id']}").raise_for_status()
+
+
+def test_metrics_need_a_token_once_local_mode_has_ended(world):
+    """Every project's running job ids are in /metrics: once users hold tokens, a loopback
+    client without one (or with a user's that is no server admin's) reads nothing."""
+    refused = scrape(world.url)
+    assert refused.status_code == 401 and "raydock_" not in refused.text
+    assert scrape(world.url, world.tokens["owner"]).status_code == 401  # a project admin, not a server admin
+    assert scrape(world.url, world.tokens["revoked"]).status_code == 401
+    served = scrape(world.url, world.tokens["admin"])
+    assert served.status_code == 200 and "raydock_jobs{" in served.text
+
+
+def test_idempotency_keys_are_per_project(world):
+    """A key another project used neither gets a 409 nor names its job: each project's keys are its own."""
+    first, second, retry = same_key_in_two_projects(
+        world.url, (world.tokens["owner"], "alpha"), (world.tokens["other"], "beta"), "nightly-1"
+    )
+    try:
+        assert first.status_code == 202, first.text
+        assert second.status_code == 202, second.text
+        assert second.json()["project"] == "beta" and second.json()["id"] != first.json()["id"]
+        assert retry.status_code == 200 and retry.json()["id"] == second.json()["id"]  # still idempotent within beta
+    finally:
+        with world.http("admin") as admin:
+            ids = [r.json()["id"] for r in (first, second) if r.status_code == 202]
+            admin.post("/v1/jobs:cancel", json={"ids": ids}).raise_for_status()
+
+
+def test_the_event_logs_own_actor_and_the_admins_name_are_reserved(world):
+    with world.http("admin") as admin:
+        answers = {name: admin.post("/v1/users", json={"name": name}) for name in ("system", "admin")}
+        names = [u["name"] for u in admin.get("/v1/users").json()]
+    for name, r in answers.items():
+        assert r.status_code == 422, (name, r.text)
+        assert r.json()["error"]["code"] == "user_name_reserved"
+    assert "system" not in names
+
+
+def test_a_submit_past_its_projects_quota_says_which_quota_and_who_raises_it(world, tmp_path):
+    """The CLI and the SDK name the quota, its figures and the command a server admin runs;
+    the CLI does not say the server is busy nor to try again in a few seconds."""
+    admin = world.tokens["admin"]
+    with world.http("admin") as http:
+        http.post("/v1/projects", json={"name": "full"}).raise_for_status()
+        http.put("/v1/projects/full/quota", json={"max_queued": 1}).raise_for_status()
+        queued = http.post("/v1/jobs", json=digits_spec(name="fills", project="full")).raise_for_status().json()
+    try:
+        spec = tmp_path / "job.yaml"
+        spec.write_text(yaml.safe_dump(digits_spec(name="one-more", project="full")))
+        told = cli(world, admin, "submit", str(spec))
+        assert told.exit_code == 1
+        assert "Project full is at its quota: 1 of 1 jobs waiting to start (max_queued)." in told.output
+        assert "server admin" in told.output and "raydock quota set full --max-queued" in told.output
+        assert "not a busy server" in told.output
+        assert "The server is busy" not in told.output and "Try again" not in told.output
+        with Client(world.url, token=admin) as sdk, pytest.raises(QuotaExceeded) as refused:
+            sdk.submit(digits_spec(name="one-more", project="full"))
+        assert "not a busy server" in str(refused.value) and "raydock quota set full" in str(refused.value)
+    finally:
+        with world.http("admin") as http:
+            http.post(f"/v1/jobs/{queued['id']}/cancel").raise_for_status()
 
 
 def cli(world: World, token: str, *args: str):

@@ -12,9 +12,9 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import inspect, select, text, update
 
-from api.errors import Conflict, Forbidden, NotFound
+from api.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from api.schemas import parse_job_spec
-from api.schemas.tenancy import MAX_TOKENS_PER_USER, TokenCreate, UserCreate
+from api.schemas.tenancy import MAX_TOKENS_PER_USER, RESERVED_USER_NAMES, TokenCreate, UserCreate
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow
@@ -105,8 +105,8 @@ def test_first_start_writes_the_admin_token_once_to_a_private_file(sessions, tmp
 
 
 @pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
-def test_a_project_keeps_an_admin_and_members_change_only_by_its_admins(sessions):
-    users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions)
+def test_a_project_keeps_an_admin_and_members_change_only_by_its_admins(sessions, tmp_path):
+    users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions, tmp_path)
     users, projects = Users(sessions), Projects(sessions)
     projects.create("vision", ADMIN)
     users.create(UserCreate(name="lead", project="vision", role="admin"), actor="admin")
@@ -141,21 +141,46 @@ def test_roles_decide_reads_writes_and_the_default_project():
     assert Caller("v", 2, False, {"ro": "viewer"}).default_project is None
 
 
-def users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions):
+def users_other_than_admin_end_local_mode_and_the_last_admin_stays(sessions, data_dir):
+    bootstrap(sessions, data_dir)  # the server admin ``admin`` and its token
     users = Users(sessions)
-    users.create(UserCreate(name="admin", admin=True), actor="system")
-    assert users.others_exist() is False
+    assert users.local_mode.ended() is False
     users.create(UserCreate(name="carol"), actor="admin")
-    assert users.others_exist() is False  # carol cannot sign in yet: her first token comes next, still local
+    assert users.local_mode.ended() is False  # carol cannot sign in yet: her first token comes next, still local
     users.create_token("carol", TokenCreate(name="first"), actor="admin")
-    assert users.others_exist() is True
+    assert users.local_mode.ended() is True
     with pytest.raises(Conflict) as last:
         users.delete("admin", actor="admin")
     assert last.value.code == "last_admin"
     users.delete("carol", actor="admin")
-    assert users.others_exist() is False
+    assert Users(sessions).local_mode.ended() is True  # once over, for good: another process reads it so too
     with sessions() as s:
-        assert s.scalars(select(ApiTokenRow)).all() == []
+        assert [t.name for t in s.scalars(select(ApiTokenRow))] == ["bootstrap"]
+
+
+@pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
+def test_reserved_names_and_token_lifetimes(sessions):
+    """``admin`` and ``system`` are nobody's to take; a token lives at most the server's
+    longest lifetime and never past the token that made it."""
+    users = Users(sessions, max_token_ttl_days=10)
+    for name in RESERVED_USER_NAMES:
+        with pytest.raises(InvalidSpec) as reserved:
+            users.create(UserCreate(name=name), actor="admin")
+        assert reserved.value.code == "user_name_reserved"
+    users.create(UserCreate(name="dora"), actor="admin")
+    longest = users.create_token("dora", TokenCreate(), actor="admin")
+    assert longest.expires_at - longest.created_at == timedelta(days=10)
+    with pytest.raises(InvalidSpec) as too_long:
+        users.create_token("dora", TokenCreate(expires_in_days=11), actor="admin")
+    maker = utcnow() + timedelta(hours=1)
+    bounded = users.create_token("dora", TokenCreate(), actor="dora", not_after=maker)
+    with pytest.raises(InvalidSpec) as past_maker:
+        users.create_token("dora", TokenCreate(expires_in_days=1), actor="dora", not_after=maker)
+    assert bounded.expires_at == maker
+    assert too_long.value.code == past_maker.value.code == "token_lifetime_too_long"
+    assert "RAYDOCK_MAX_TOKEN_TTL_DAYS" in too_long.value.message and "expires at" in past_maker.value.message
+    caller = authenticate(sessions, bounded.token)
+    assert caller is not None and caller.token_expires_at is not None
 
 
 def test_a_search_names_its_project_on_the_search_not_on_its_base():
@@ -177,3 +202,45 @@ def test_a_search_names_its_project_on_the_search_not_on_its_base():
     assert "base.project" in str(refused.value)
     with pytest.raises(ValidationError):
         parse_job_spec(digits_spec(project="Not A Slug"))
+
+
+@pytest.mark.slow  # seconds: every migration, on both databases
+def test_the_identity_migration_scopes_keys_by_project_and_keeps_local_mode_ended(database_url):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    cfg = Config()
+    cfg.set_main_option("script_location", "service:migrations")
+    old = create_engine(database_url)
+    job = (
+        "INSERT INTO jobs (id, name, kind, status, labels, spec, created_at, attempt, log_offset, priority, restarts,"
+        " project, idempotency_key) VALUES (:id, 'n', 'train', 'QUEUED', '{}', '{}', '2026-01-01', 0, 0, 0, '[]',"
+        " :project, :key)"
+    )
+    with old.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0013_start_phases")
+        conn.execute(text("INSERT INTO projects (name, created_at) VALUES ('beta', '2026-01-01')"))
+        conn.execute(text(job), {"id": "j1", "project": "default", "key": "nightly"})
+        conn.execute(text("INSERT INTO users (id, name, is_admin, created_at) VALUES (7, 'ann', false, '2026-01-01')"))
+        conn.execute(
+            text("INSERT INTO api_tokens (user_id, token_hash, name, created_at) VALUES (7, :h, 't', '2026-01-01')"),
+            {"h": "0" * 64},
+        )
+    old.dispose()
+    engine = make_engine(database_url)  # up to the newest revision
+    sessions = make_sessionmaker(engine)
+    with sessions.begin() as s:
+        again = job.replace("idempotency_key", "project_idempotency_key")
+        s.execute(text(again), {"id": "j2", "project": "beta", "key": "nightly"})  # the same key, another project
+        keys = dict(s.execute(text("SELECT id, project_idempotency_key FROM jobs")).all())
+        assert s.execute(text("SELECT count(*) FROM jobs WHERE idempotency_key IS NOT NULL")).scalar() == 0
+    assert keys == {"j1": "nightly", "j2": "nightly"}
+    assert Users(sessions).local_mode.ended() is True  # ann held a token before the upgrade
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0013_start_phases")
+        kept = conn.execute(text("SELECT id, idempotency_key FROM jobs ORDER BY id")).all()
+    assert [tuple(r) for r in kept] == [("j1", "nightly"), ("j2", None)]  # one job of the key keeps it
+    engine.dispose()

@@ -15,7 +15,9 @@ from api.schemas.jobs import UtcDatetime
 USER_RE = r"^[a-z][a-z0-9._-]{0,62}$"
 TOKEN_PREFIX = "rdk_"
 MAX_TOKENS_PER_USER = 20  # live (not revoked, not expired) tokens
-MAX_TOKEN_TTL_DAYS = 366
+DEFAULT_TOKEN_TTL_DAYS = 365  # RAYDOCK_MAX_TOKEN_TTL_DAYS unless set: the longest a token made over the API lives
+MAX_TOKEN_TTL_DAYS = 3650  # what that setting, and a token's asked lifetime, may be at most
+RESERVED_USER_NAMES = frozenset({"admin", "system"})  # the server admin's name and the event log's own actor
 MAX_USERS = 10_000
 MAX_PROJECTS = 1_000
 
@@ -61,7 +63,9 @@ class TokenCreate(Strict):
         default=None,
         gt=0,
         le=MAX_TOKEN_TTL_DAYS,
-        description=f"Days until the token stops working (at most {MAX_TOKEN_TTL_DAYS}); leave out for no expiry.",
+        description="Days until the token stops working: at most the server's longest token lifetime "
+        "(RAYDOCK_MAX_TOKEN_TTL_DAYS, 365 unless set), and no later than the token that asks for it expires. "
+        "Leave out for the longest allowed.",
     )
 
 

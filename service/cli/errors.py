@@ -88,6 +88,8 @@ def explain(exc: Exception, url: str | None, token_set: bool) -> tuple[list[str]
             f"The server at {where} needs an API token (401).",
             "Set --token or RAYDOCK_API_TOKEN (the admin's: <data dir>/admin-token).",
         ], EXIT_FAILED
+    if exc.code == "quota_exceeded":
+        return _quota(exc), EXIT_FAILED
     if exc.status == 429:
         wait = getattr(exc, "retry_after_s", None)
         return [
@@ -102,6 +104,22 @@ def explain(exc: Exception, url: str | None, token_set: bool) -> tuple[list[str]
     # 409 (the job's state forbids it), 503 (the cluster did not answer), the rest: the
     # server's message already says what to change.
     return [f"{exc.message} [{exc.code}]"], EXIT_REFUSED if exc.status in (400, 413) else EXIT_FAILED
+
+
+def _quota(exc: RaydockError) -> list[str]:
+    """A submit past its project's quota: which quota, how full, and who can raise it. No
+    retry hint: the server is not busy, and the same submit is refused until the queue moves."""
+    d = next((d for d in exc.details if d.get("quota")), None)
+    if d is None:
+        return [f"{exc.message} [{exc.code}]"]
+    project, quota, limit = d.get("project", "?"), d["quota"], d.get("limit", "?")
+    return [
+        f"Project {project} is at its quota: {d.get('used', '?')} of {limit} jobs waiting to start ({quota}).",
+        "That is a limit set for the project, not a busy server: the same submit is refused until some of its "
+        "queued jobs have started (raydock list --status QUEUED) or you cancel some (raydock cancel JOB_ID).",
+        f"To queue more, ask a server admin to raise the quota: raydock quota show {project}, then "
+        f"raydock quota set {project} --max-queued N with its other limits (set replaces the whole quota).",
+    ]
 
 
 def _server(exc: Exception, url: str | None) -> str:

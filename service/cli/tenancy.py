@@ -105,7 +105,12 @@ def token_create(
     user: UserOpt = None,
     name: Annotated[str, typer.Option("--name", help="A label to tell tokens apart.")] = "token",
     expires_in_days: Annotated[
-        Optional[float], typer.Option("--expires-in-days", help="Days until it stops working (at most 366).")
+        Optional[float],
+        typer.Option(
+            "--expires-in-days",
+            help="Days until it stops working; left out: the longest the server allows (RAYDOCK_MAX_TOKEN_TTL_DAYS, "
+            "and never past the token you create it with).",
+        ),
     ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,

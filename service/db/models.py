@@ -71,6 +71,11 @@ class JobRow(Base):
     log_offset: Mapped[int] = mapped_column(Integer, default=0)  # chars of the current attempt's log stored
     latest_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # A submit's Idempotency-Key, unique within its project (another project may use the same
+    # key: uq_jobs_project_idempotency_key). ``idempotency_key`` held it before migration 0014,
+    # unique server-wide; that emptied it and nothing writes it since. It stays because SQLite
+    # cannot drop a UNIQUE column without rebuilding ``jobs``, which would cascade to every job's rows.
+    project_idempotency_key: Mapped[str | None] = mapped_column(String(200))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     idempotency_hash: Mapped[str | None] = mapped_column(String(64))  # sha256 of the body sent with the key
     restarts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
@@ -142,6 +147,7 @@ class JobRow(Base):
         Index("ix_jobs_status_demand", "status", "demand_cpus", "demand_gpus"),  # queued jobs too big for the cluster
         Index("ix_jobs_status_kind", "status", "kind"),  # GET /metrics counts jobs by both from this index alone
         Index("ix_jobs_status_project", "status", "project"),  # admission's per-project counts
+        Index("uq_jobs_project_idempotency_key", "project", "project_idempotency_key", unique=True),
     )
 
 

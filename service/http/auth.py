@@ -4,8 +4,9 @@ is read for a caller that is refused) and kept on the request for the routes.
 - ``Authorization: Bearer <RAYDOCK_API_TOKEN>``: the server admin ``admin``.
 - ``Authorization: Bearer rdk_...``: the user that token belongs to, while it is neither
   revoked nor expired.
-- No token, on loopback with no RAYDOCK_API_TOKEN set (local mode): the server admin, as
-  long as no user other than ``admin`` exists; once one does, every request says who it is.
+- No token, on loopback with no RAYDOCK_API_TOKEN set (local mode): the server admin,
+  until a user other than ``admin`` is first given a token; from then on, for good, every
+  request says who it is (``service/tenancy/local_mode.py``).
 Anything else is a 401."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from anyio import to_thread
 
 from api.errors import Unauthorized
 from service.tenancy.caller import Caller, authenticate, server_admin
+from service.tenancy.local_mode import LocalMode
 from service.tenancy.tokens import looks_like_token
 
 UNAUTHORIZED = (
@@ -38,6 +40,12 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token and token.isascii() else None
 
 
+async def local_mode_ended(mode: LocalMode) -> bool:
+    """Whether local mode is over, read off the event loop when the cached answer is stale."""
+    ended = mode.ended_cached()
+    return ended if ended is not None else await to_thread.run_sync(mode.ended)
+
+
 class Authenticator:
     """``runtime``: a callable giving the server's runtime once the lifespan has built it
     (the guard is made before): its store and users."""
@@ -54,12 +62,8 @@ class Authenticator:
         if looks_like_token(token):
             found = await to_thread.run_sync(authenticate, runtime.service.sessions, token)
             return found if found is not None else Unauthorized(UNAUTHORIZED)
-        if self.api_token is None:
-            others = runtime.users.others_cached()
-            if others is None:
-                others = await to_thread.run_sync(runtime.users.others_exist)
-            if not others:
-                return await self._server_admin()  # local mode: as before users existed
+        if self.api_token is None and not await local_mode_ended(runtime.users.local_mode):
+            return await self._server_admin()  # local mode: as before users existed
         return Unauthorized(UNAUTHORIZED)
 
     async def _server_admin(self) -> Caller:

@@ -5,6 +5,7 @@ what it may read, write and manage, and where its submits go by default."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import sessionmaker
@@ -24,6 +25,9 @@ class Caller:
     user_id: int | None
     admin: bool  # server admin: every project, users and projects
     roles: dict[str, str] = field(default_factory=dict)  # project -> admin | member | viewer, oldest first
+    # When the user token this request came with expires (None: it does not, or no user
+    # token was sent): a token it makes may not outlive it.
+    token_expires_at: datetime | None = None
 
     def can_read(self, project: str) -> bool:
         return self.admin or project in self.roles
@@ -73,7 +77,7 @@ def authenticate(sessions: sessionmaker, token: str) -> Caller | None:
         return None
     with sessions() as s:
         row = s.execute(
-            select(UserRow.id, UserRow.name, UserRow.is_admin)
+            select(UserRow.id, UserRow.name, UserRow.is_admin, ApiTokenRow.expires_at)
             .join(ApiTokenRow, ApiTokenRow.user_id == UserRow.id)
             .where(
                 ApiTokenRow.token_hash == token_hash(token),
@@ -83,7 +87,7 @@ def authenticate(sessions: sessionmaker, token: str) -> Caller | None:
         ).first()
         if row is None:
             return None
-        return Caller(row.name, row.id, bool(row.is_admin), roles_of(s, row.id))
+        return Caller(row.name, row.id, bool(row.is_admin), roles_of(s, row.id), token_expires_at=row.expires_at)
 
 
 def server_admin(sessions: sessionmaker) -> Caller:

@@ -64,7 +64,9 @@ def check_queue_room(s: Session, project: str, default: QuotaSpec) -> None:
     if queued + 1 > spec.max_queued:
         raise QuotaExceeded(
             f"project {project} uses {queued} of {spec.max_queued} queued jobs (quota max_queued). "
-            "Wait for some to start, cancel some, or raise the quota (PUT /v1/projects/{name}/quota).",
+            "That is the project's quota, not a busy server: submit again once some of its queued jobs have "
+            f"started, or cancel some; a server admin can raise it (raydock quota set {project} --max-queued N, "
+            f"or PUT /v1/projects/{project}/quota).",
             details=[{"quota": "max_queued", "project": project, "used": queued, "limit": spec.max_queued}],
         )
 

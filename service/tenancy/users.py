@@ -2,21 +2,23 @@
 and revoke tokens. Every change is written to the event log with the acting user.
 
 Error codes: ``user_exists``, ``last_admin``, ``too_many_tokens``, ``too_many_users`` (409),
-``user_not_found``, ``token_not_found`` (404)."""
+``user_not_found``, ``token_not_found`` (404), ``user_name_reserved``,
+``token_lifetime_too_long`` (422)."""
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, NotFound, project_not_found
+from api.errors import Conflict, InvalidSpec, NotFound, project_not_found
 from api.schemas.tenancy import (
+    DEFAULT_TOKEN_TTL_DAYS,
     MAX_TOKENS_PER_USER,
     MAX_USERS,
+    RESERVED_USER_NAMES,
     Membership,
     TokenCreate,
     TokenCreated,
@@ -24,13 +26,12 @@ from api.schemas.tenancy import (
     UserCreate,
     UserPublic,
 )
-from service.db.models import count, utcnow
+from service.db.models import aware, count, utcnow
 from service.db.tenancy_models import ApiTokenRow, MembershipRow, ProjectRow, UserRow
 from service.eventlog.log import record
+from service.tenancy import local_mode
 from service.tenancy.caller import ADMIN_NAME, roles_of
 from service.tenancy.tokens import new_token
-
-OTHERS_TTL_S = 2.0  # how long "does a user other than admin exist?" is reused (another process may add one)
 
 
 def user_not_found(name: str) -> NotFound:
@@ -38,31 +39,18 @@ def user_not_found(name: str) -> NotFound:
 
 
 class Users:
-    def __init__(self, sessions: sessionmaker) -> None:
+    """``max_token_ttl_days``: the longest a token made here lives (RAYDOCK_MAX_TOKEN_TTL_DAYS)."""
+
+    def __init__(self, sessions: sessionmaker, max_token_ttl_days: float = DEFAULT_TOKEN_TTL_DAYS) -> None:
         self.sessions = sessions
-        self._others: tuple[float, bool] = (float("-inf"), False)
+        self.max_token_ttl_days = max_token_ttl_days
+        self.local_mode = local_mode.LocalMode(sessions)
 
     # ------------------------------------------------------------------ users
 
-    def others_cached(self) -> bool | None:
-        """``others_exist`` as last read, or None once it is due to be read again."""
-        at, answer = self._others
-        return answer if time.monotonic() - at < OTHERS_TTL_S else None
-
-    def others_exist(self) -> bool:
-        """Whether a user other than ``admin`` was ever given a token: then local mode (no
-        token on loopback) is over and every request must say who it is. Counted by
-        tokens, not users, so the one command that creates a user and their first token
-        runs whole in local mode."""
-        at, answer = self._others
-        if time.monotonic() - at >= OTHERS_TTL_S:
-            with self.sessions() as s:
-                q = select(ApiTokenRow.id).join(UserRow, UserRow.id == ApiTokenRow.user_id)
-                answer = s.scalar(q.where(UserRow.name != ADMIN_NAME).limit(1)) is not None
-            self._others = (time.monotonic(), answer)
-        return answer
-
     def create(self, body: UserCreate, *, actor: str) -> UserPublic:
+        if body.name in RESERVED_USER_NAMES:
+            raise _reserved(body.name)
         with self.sessions.begin() as s:
             if count(s, UserRow) >= MAX_USERS:
                 raise Conflict(f"The server has {MAX_USERS} users, its cap; delete one first.", code="too_many_users")
@@ -79,7 +67,6 @@ class Users:
             if body.project is not None:
                 s.add(MembershipRow(project=body.project, user_id=user.id, role=body.role, created_at=utcnow()))
             record(s, "user_created", actor=actor, user=body.name, admin=body.admin, project=body.project)
-        self._others = (float("-inf"), False)
         return self.get(body.name)
 
     def get(self, name: str) -> UserPublic:
@@ -104,7 +91,6 @@ class Users:
             for table in (ApiTokenRow, MembershipRow):  # SQLite without the pragma, or an old row
                 s.query(table).filter(table.user_id == user.id).delete()
             record(s, "user_deleted", actor=actor, user=name)
-        self._others = (float("-inf"), False)
 
     @staticmethod
     def _user(s: Session, name: str) -> UserRow:
@@ -115,10 +101,14 @@ class Users:
 
     # ------------------------------------------------------------------ tokens
 
-    def create_token(self, name: str, body: TokenCreate, *, actor: str) -> TokenCreated:
+    def create_token(
+        self, name: str, body: TokenCreate, *, actor: str, not_after: datetime | None = None
+    ) -> TokenCreated:
+        """A new token for ``name``, living as long as asked, at most the server's longest
+        token lifetime and never past ``not_after`` (when the token that asks expires)."""
         token, digest = new_token()
         now = utcnow()
-        expires = now + timedelta(days=body.expires_in_days) if body.expires_in_days else None
+        expires = self._expiry(now, body.expires_in_days, not_after)
         with self.sessions.begin() as s:
             user = self._user(s, name)
             live = count(s, ApiTokenRow, ApiTokenRow.user_id == user.id, *_live(now))
@@ -132,9 +122,32 @@ class Users:
             s.add(row)
             s.flush()
             record(s, "token_created", actor=actor, user=name, token_id=row.id, name=body.name)
+            if name != ADMIN_NAME:  # someone else can sign in now: local mode is over, for good
+                local_mode.end(s)
             public = _token(row, name)
-        self._others = (float("-inf"), False)
+        self.local_mode.forget()
         return TokenCreated(**public.model_dump(), token=token)
+
+    def _expiry(self, now: datetime, days: float | None, not_after: datetime | None) -> datetime:
+        """When a token asked to live ``days`` (None: as long as allowed) expires; 422
+        ``token_lifetime_too_long`` past the server's cap or the asking token's own expiry."""
+        latest = now + timedelta(days=self.max_token_ttl_days)
+        bound = f"the server's longest token lifetime, {self.max_token_ttl_days:g} days (RAYDOCK_MAX_TOKEN_TTL_DAYS)"
+        if not_after is not None and aware(not_after) < latest:
+            latest = aware(not_after)
+            bound = f"the token this request was sent with, which expires at {latest.isoformat(timespec='seconds')}"
+        if days is None:
+            return latest
+        expires = now + timedelta(days=days)
+        if expires > latest:
+            room = max((latest - now).total_seconds() / 86_400, 0.0)
+            raise InvalidSpec(
+                f"A token may not outlive {bound}. Ask for at most {room:.4g} days (expires_in_days), "
+                "or leave it out for the longest allowed.",
+                code="token_lifetime_too_long",
+                details=[{"loc": ["body", "expires_in_days"], "msg": f"at most {room:.4g} days"}],
+            )
+        return expires
 
     def tokens(self, name: str) -> list[TokenPublic]:
         with self.sessions() as s:
@@ -164,6 +177,15 @@ class Users:
 
 def _live(now) -> tuple:
     return ApiTokenRow.revoked_at.is_(None), or_(ApiTokenRow.expires_at.is_(None), ApiTokenRow.expires_at > now)
+
+
+def _reserved(name: str) -> InvalidSpec:
+    return InvalidSpec(
+        f"The user name {name!r} is reserved: 'admin' is the server admin that RAYDOCK_API_TOKEN and local mode "
+        "act as, 'system' the server itself in the event log. Pick another name.",
+        code="user_name_reserved",
+        details=[{"loc": ["body", "name"], "msg": "reserved: " + ", ".join(sorted(RESERVED_USER_NAMES))}],
+    )
 
 
 def _exists(name: str) -> Conflict:

@@ -9,7 +9,16 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
-from api.schemas import MAX_LABELS, CancelJobs, CancelledJobs, JobList, JobPublic, JobSpec, JobStatus
+from api.schemas import (
+    MAX_LABELS,
+    CancelJobs,
+    CancelledJobs,
+    ErrorResponse,
+    JobList,
+    JobPublic,
+    JobSpec,
+    JobStatus,
+)
 from service.http.access import write_project
 from service.http.deps import Actor, CurrentCaller, Cursor, JobId, Jobs, Offset, ProjectsDep, WritableJobId
 from service.http.openapi import errors, job_response
@@ -54,6 +63,11 @@ SPEC_EXAMPLES = {
         202: job_response("The job is recorded and QUEUED; it starts on the cluster as soon as it fits."),
         200: {"model": JobPublic, **job_response("A submit with this Idempotency-Key was seen before: its job.")},
         **errors(404, 409, 422, 429, 503),
+        429: {
+            "model": ErrorResponse,
+            "description": "The project's quota: it has `max_queued` jobs waiting already (`quota_exceeded`, no "
+            "Retry-After). Submit again once some have started or are cancelled, or have a server admin raise it.",
+        },
     },
 )
 async def submit_job(

@@ -40,7 +40,8 @@ def _admin_or_self(caller: Caller, name: str) -> None:
     responses=errors(403, 404, 409, 422),
 )
 async def create_user(users: UsersDep, caller: CurrentCaller, body: UserCreate) -> UserPublic:
-    """Create a user (server admin). Give them a token next: POST /v1/users/{name}/tokens."""
+    """Create a user (server admin). Give them a token next: POST /v1/users/{name}/tokens.
+    `admin` and `system` are reserved (422 `user_name_reserved`)."""
     _server_admin(caller, "Creating a user")
     return await run_in_threadpool(users.create, body, actor=caller.name)
 
@@ -68,9 +69,11 @@ async def delete_user(users: UsersDep, caller: CurrentCaller, name: UserPath) ->
 )
 async def create_token(users: UsersDep, caller: CurrentCaller, name: UserPath, body: TokenCreate) -> TokenCreated:
     """A new token for the user (the server admin's, or the user's own): shown in this
-    answer only; the server keeps its sha256."""
+    answer only; the server keeps its sha256. It lives `expires_in_days`, or as long as
+    allowed: at most the server's longest token lifetime, and never past the expiry of the
+    user token this request is sent with (422 `token_lifetime_too_long` past either)."""
     _admin_or_self(caller, name)
-    return await run_in_threadpool(users.create_token, name, body, actor=caller.name)
+    return await run_in_threadpool(users.create_token, name, body, actor=caller.name, not_after=caller.token_expires_at)
 
 
 @router.get(
