@@ -96,38 +96,17 @@ def test_trial_ids_a_search_sends_never_name_a_folder(target, outside):
 
 
 def test_links_a_job_plants_in_its_storage_are_not_followed(target, tmp_path):
-    outside = {k: tmp_path / f"outside-{k}" for k in ("tensorboard", "trial", "prefix")}
-    for path in outside.values():
-        path.mkdir()
-    # <prefix>/tensorboard is a link.
-    linked = ta.running(target, ta.tracked_train({"tensorboard": True}, "linked-folder"))
-    ta.prefix(target, linked).mkdir(parents=True)
-    os.symlink(outside["tensorboard"], ta.prefix(target, linked) / "tensorboard")
-    # A trial's folder below it is a link (at the name the server gives it, and at the trial id).
-    search = ta.running(target, ta.tracked_search({"tensorboard": True}))
-    (ta.prefix(target, search) / "tensorboard").mkdir(parents=True)
-    for name in (trial_folder("t_00000"), "t_00000"):
-        os.symlink(outside["trial"], ta.prefix(target, search) / "tensorboard" / name)
-    # The prefix itself is a link.
-    relinked = ta.running(target, ta.tracked_train({"tensorboard": True}, "linked-prefix"))
-    os.symlink(outside["prefix"], ta.prefix(target, relinked))
-
-    ta.push(target, linked, ta.metrics(0, 3))
-    ta.push(target, search, ta.trial_metrics("t_00000", 0, 3))
-    ta.push(target, relinked, ta.metrics(0, 3))
-    for job in (linked, relinked):
-        ta.wait_exported(target, job, reports=3)
-    ta.wait_exported(target, search)
-
+    # Links at <prefix>/tensorboard, at a trial's folder below it, and at the prefix itself.
+    outside, jobs = ta.plant_links(target, tmp_path)
     for name, path in outside.items():
         assert ta.files_below(path) == [], f"the export followed the link at {name}"
-    for job in (linked, search, relinked):
+    for job in jobs:
         row = wait_for(lambda: (r := ta.export_row(target, job)).error and r, 30, f"{job}'s export error")
         assert "tensorboard" in row.error and "link" in row.error, row.error
     # The job ends: its export ends too (not retried forever), saying why nothing was copied.
-    for job in (linked, search, relinked):
+    for job in jobs:
         ta.end(target, job)
-    for job in (linked, search, relinked):
+    for job in jobs:
         row = wait_done(target, job)
         assert "link" in (row.error or ""), row.error
         assert not (target.server.data_dir / "tensorboard-staging" / job).exists()

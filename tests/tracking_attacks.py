@@ -21,6 +21,7 @@ from service.db.tracking_models import TrackingExportRow
 from service.events.tokens import token_hash
 from service.jobs import JobService
 from service.settings import Settings
+from service.tracking.names import trial_folder
 from tests.attacks import SEARCH, SID, TOKEN, Target
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, set_columns
@@ -136,3 +137,29 @@ def files_below(path: Path) -> list[str]:
     if not path.exists() and not path.is_symlink():
         return []
     return sorted(os.path.relpath(os.path.join(d, f), path) for d, dirs, files in os.walk(path) for f in files + dirs)
+
+
+def plant_links(target: Target, root: Path) -> tuple[dict[str, Path], list[str]]:
+    """Three jobs that planted a link to an empty folder under ``root`` where their export
+    goes: at ``<prefix>/tensorboard``, at a trial's folder below it (at the name the server
+    gives it and at the trial id), and at the prefix itself. Each has pushed 3 reports
+    (the search: of trial ``t_00000``) and been exported once. Returns the folders and jobs."""
+    outside = {k: root / f"outside-{k}" for k in ("tensorboard", "trial", "prefix")}
+    for path in outside.values():
+        path.mkdir()
+    linked = running(target, tracked_train({"tensorboard": True}, "linked-folder"))
+    prefix(target, linked).mkdir(parents=True)
+    os.symlink(outside["tensorboard"], prefix(target, linked) / "tensorboard")
+    search = running(target, tracked_search({"tensorboard": True}))
+    (prefix(target, search) / "tensorboard").mkdir(parents=True)
+    for name in (trial_folder("t_00000"), "t_00000"):
+        os.symlink(outside["trial"], prefix(target, search) / "tensorboard" / name)
+    relinked = running(target, tracked_train({"tensorboard": True}, "linked-prefix"))
+    os.symlink(outside["prefix"], prefix(target, relinked))
+    push(target, linked, metrics(0, 3))
+    push(target, search, trial_metrics("t_00000", 0, 3))
+    push(target, relinked, metrics(0, 3))
+    for job in (linked, relinked):
+        wait_exported(target, job, reports=3)
+    wait_exported(target, search)
+    return outside, [linked, search, relinked]

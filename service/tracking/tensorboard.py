@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -24,6 +25,8 @@ FOLDER = "tensorboard"
 MAX_OPEN = 64  # writers kept open between passes (one per job or trial); the oldest is closed past it
 # A file holding this many scalars (a few MB) is closed and the run's next report starts a
 # new one: a pass copies again only the files that changed, so at most this much per run.
+# Not within the second the file was made: TensorBoard reads a folder's files in name order,
+# and a name starts with the second it was made in.
 MAX_SCALARS_PER_FILE = 100_000
 TRIAL_TEXT = "raydock/trial_id"
 
@@ -31,7 +34,8 @@ TRIAL_TEXT = "raydock/trial_id"
 class TensorboardSink:
     def __init__(self, storage_path: str, staging: Path) -> None:
         self.storage_path, self.staging = storage_path, staging
-        self._writers: OrderedDict[tuple[str, str], list] = OrderedDict()  # (job, run) -> [writer, scalars in its file]
+        # (job, run) -> [writer, scalars in its file, the second its file was made in]
+        self._writers: OrderedDict[tuple[str, str], list] = OrderedDict()
         self._copied: dict[str, dict[str, tuple[int, int]]] = {}  # job -> staged file -> (size, mtime) copied
 
     def folder(self, job_id: str) -> str:
@@ -44,6 +48,9 @@ class TensorboardSink:
     def _writer(self, job_id: str, run: str) -> list:
         key = (job_id, run)
         open_ = self._writers.pop(key, None)
+        if open_ is not None and open_[1] >= MAX_SCALARS_PER_FILE and int(time.time()) > open_[2]:
+            open_[0].close()
+            open_ = None
         if open_ is None:
             from torch.utils.tensorboard import SummaryWriter  # heavy: only once a job asks for TensorBoard
 
@@ -52,11 +59,11 @@ class TensorboardSink:
             writer = SummaryWriter(log_dir=str(path), flush_secs=3600)  # flushed by each pass
             if run:
                 writer.add_text(TRIAL_TEXT, run, global_step=0)
-            open_ = [writer, 0]
+            open_ = [writer, 0, int(time.time())]
         self._writers[key] = open_
         while len(self._writers) > MAX_OPEN:
-            _, (oldest, _) = self._writers.popitem(last=False)
-            oldest.close()
+            _, oldest = self._writers.popitem(last=False)
+            oldest[0].close()
         return open_
 
     def write(self, job_id: str, rows: list[tuple[str, int, float, dict]]) -> int:
@@ -71,11 +78,8 @@ class TensorboardSink:
                 open_[1] += 1
                 written += 1
         for run in used:
-            writer, count = self._writers[(job_id, run)]
-            writer.flush()
-            if count >= MAX_SCALARS_PER_FILE:
-                del self._writers[(job_id, run)]
-                writer.close()
+            if (key := (job_id, run)) in self._writers:  # else closed already, past MAX_OPEN
+                self._writers[key][0].flush()
         return written
 
     def publish(self, job_id: str) -> int:
