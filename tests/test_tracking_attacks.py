@@ -10,8 +10,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from sqlalchemy import delete
 
 from service.db.event_models import TrialMetricRow
+from service.db.models import JobRow
 from service.tracking.names import trial_folder
 from tests import tracking_attacks as ta
 from tests.waiting import wait_for
@@ -160,3 +162,14 @@ def test_a_link_swapped_in_for_a_copied_event_file_is_replaced_not_written_throu
         wait_for(lambda: len(scalars(folder, "loss")) == 4, 30, f"the {how} replaced by the event file")
         assert not any(p.is_symlink() for p in folder.iterdir())
     assert server_file.read_bytes() == b"the server's"
+
+
+def test_a_job_deleted_before_its_export_ended_leaves_no_staging(target):
+    job = ta.running(target, ta.tracked_train({"tensorboard": True}, "deleted"))
+    ta.push(target, job, ta.metrics(0, 2))
+    ta.wait_exported(target, job, reports=2)
+    staged = target.server.data_dir / "tensorboard-staging" / job
+    assert staged.is_dir()
+    with target.service.sessions.begin() as s:  # as a delete does between the job's end and its export's
+        s.execute(delete(JobRow).where(JobRow.id == job))
+    wait_for(lambda: not staged.exists(), 30, "the deleted job's staging to go")

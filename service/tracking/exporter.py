@@ -87,6 +87,25 @@ class Exporter:
             ).all()
         for job_id in pending:
             self.export(job_id, rotate=len(pending) == JOBS_PER_PASS)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop the staging of jobs no longer exported: deleted before their end was (their
+        rows went with them), so their files would stay in the server's data dir for good."""
+        staged = self.tensorboard.staged_jobs()
+        if not staged:
+            return
+        with self.sessions() as s:
+            live = set(
+                s.scalars(
+                    select(TrackingExportRow.job_id).where(
+                        TrackingExportRow.job_id.in_(staged), TrackingExportRow.done == false()
+                    )
+                )
+            )
+        for job_id in set(staged) - live:
+            self.tensorboard.discard(job_id)
+            self._refused.pop(job_id, None)
 
     def export(self, job_id: str, rotate: bool = False) -> None:
         """One job's pass; ``rotate``: more jobs wait than a pass takes, so this one goes to the back."""

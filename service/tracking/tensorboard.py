@@ -45,6 +45,13 @@ class TensorboardSink:
     def _staged(self, job_id: str) -> Path:
         return self.staging / job_id  # the job id is the server's
 
+    def staged_jobs(self) -> list[str]:
+        """The jobs with a staging folder (at most the tracked jobs not done, and those deleted since)."""
+        try:
+            return [e.name for e in os.scandir(self.staging) if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+
     def _writer(self, job_id: str, run: str) -> list:
         key = (job_id, run)
         open_ = self._writers.pop(key, None)
