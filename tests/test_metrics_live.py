@@ -142,7 +142,7 @@ def test_metrics_move_with_real_jobs_and_tracking_reads_back_equal(tracked, tmp_
     mlflow = MlflowClient(tracking_uri=f"file:{tracked.data_dir.parent}/mlruns")
 
     def finished():
-        experiment = mlflow.get_experiment_by_name("live")
+        experiment = mlflow.get_experiment_by_name("default/live")  # the job's project's experiment
         runs = (
             mlflow.search_runs([experiment.experiment_id], f"tags.`raydock.job_id` = '{ok.id}'") if experiment else []
         )

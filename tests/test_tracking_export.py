@@ -21,6 +21,7 @@ from service.db.models import Base, JobRow, utcnow
 from service.db.tracking_models import TrackingExportRow
 from service.settings import Settings
 from service.tracking.exporter import Exporter
+from service.tracking.names import trial_folder
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +105,7 @@ def test_a_jobs_reports_reach_tensorboard_and_mlflow_once_each_across_a_restart(
     assert scalars(folder, "val/acc_1") == [(step, pytest.approx(r["val/acc@1"])) for step, r in stored]
 
     client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
-    experiment = client.get_experiment_by_name("exp/one")
+    experiment = client.get_experiment_by_name("default/exp/one")  # the job's project's experiment
     (run,) = client.search_runs([experiment.experiment_id], "tags.`raydock.job_id` = 'jt1'")
     assert run.info.status == "FINISHED" and run.info.run_name == "train-run"
     assert run.data.params["optimizer.lr"] == "0.01" and run.data.params["tracking.tensorboard"] == "true"
@@ -146,7 +147,7 @@ def test_a_search_logs_one_nested_run_per_trial_and_one_tensorboard_run_each(set
     Exporter(sessions, settings).export_once()
 
     client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
-    experiment = client.get_experiment_by_name("exp/one")
+    experiment = client.get_experiment_by_name("default/exp/one")  # the job's project's experiment
     runs = client.search_runs([experiment.experiment_id], "tags.`raydock.job_id` = 'js1'")
     (parent,) = [r for r in runs if "raydock.trial_id" not in r.data.tags]
     trials = {r.data.tags["raydock.trial_id"]: r for r in runs if "raydock.trial_id" in r.data.tags}
@@ -159,7 +160,10 @@ def test_a_search_logs_one_nested_run_per_trial_and_one_tensorboard_run_each(set
             (1, pytest.approx(n + 0.1)),
         ]
     folder = storage.local_path(storage.join(storage.job_prefix(settings.resolved_storage_path, "js1"), "tensorboard"))
-    assert scalars(os.path.join(folder, "t_00001"), "loss") == [(0, pytest.approx(1.0)), (1, pytest.approx(1.1))]
+    assert scalars(os.path.join(folder, trial_folder("t_00001")), "loss") == [
+        (0, pytest.approx(1.0)),
+        (1, pytest.approx(1.1)),
+    ]
 
 
 def test_an_mlflow_server_that_does_not_answer_holds_up_neither_tensorboard_nor_the_other_jobs(setup, monkeypatch):

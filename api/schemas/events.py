@@ -14,7 +14,16 @@ import json
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    TypeAdapter,
+)
 
 from api.schemas.common import bounded_json
 
@@ -36,7 +45,20 @@ MAX_TEXT = 64 * 1024  # messages and tracebacks are cut to this before they are 
 Seq = Annotated[int, Field(ge=0, lt=MAX_SEQ)]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 MAX_TRIAL_ID = 64  # the store's trial id columns hold this many characters
-Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TRIAL_ID)]
+# A trial id names a trial in lists, logs and trackers: one line of text, never a path (no
+# "/" or "\\", no control characters, not "." or ".."). Ray Tune's ids are letters, digits and "_".
+TRIAL_ID_RE = r"^[^/\\\x00-\x1f\x7f-\x9f]+$"
+
+
+def _not_dots(v: str) -> str:
+    if v in (".", ".."):
+        raise ValueError("a trial id is not '.' or '..'")
+    return v
+
+
+Id = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_TRIAL_ID, pattern=TRIAL_ID_RE), AfterValidator(_not_dots)
+]
 Path = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]

@@ -9,13 +9,16 @@ from pydantic import Field
 from api.schemas.common import Strict
 
 # MLflow experiment names are free text; these bounds keep them to something a UI lists.
-EXPERIMENT_RE = r"^[A-Za-z0-9][A-Za-z0-9 ._/:-]{0,199}$"
+# The experiment made is ``<project>/<experiment>`` (service/tracking/names.py): a project
+# name (63) + "/" + 192 fit the 256 characters MLflow's database stores.
+EXPERIMENT_RE = r"^[A-Za-z0-9][A-Za-z0-9 ._/:-]{0,191}$"
 
 
 class MlflowTracking(Strict):
     experiment: str = Field(
         pattern=EXPERIMENT_RE,
-        description="MLflow experiment the job's run goes in (made when missing): letters, digits, space . _ / : -, up to 200.",
+        description="MLflow experiment the job's run goes in, inside its project: the run is logged to `<project>/<experiment>` "
+        "(made when missing). Letters, digits, space . _ / : -, up to 192.",
     )
 
 

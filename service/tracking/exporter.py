@@ -27,7 +27,7 @@ from service.db.tracking_models import TrackingExportRow
 from service.settings import Settings
 from service.telemetry.instruments import TRACKING_ERRORS, TRACKING_EXPORTED
 from service.tracking.mlflow_runs import MlflowRuns, unreachable
-from service.tracking.names import tensorboard_tag
+from service.tracking.names import mlflow_experiment
 from service.tracking.tensorboard import TensorboardSink
 
 log = logging.getLogger("raydock.tracking")
@@ -43,6 +43,7 @@ class JobFacts:
     job_id: str
     name: str
     kind: str
+    project: str
     status: JobStatus
     attempt: int
     spec: dict[str, Any]
@@ -56,6 +57,7 @@ class Exporter:
         self.mlflow = MlflowRuns(settings.mlflow_tracking_uri) if settings.mlflow_tracking_uri else None
         # (job, tool) -> (when to try again, failures in a row); job "" is the tool itself (server down)
         self._retry_at: dict[tuple[str, str], tuple[float, int]] = {}
+        self._refused: dict[str, str] = {}  # job -> why its storage took no TensorBoard files (noted once)
 
     async def run(self) -> None:
         while True:
@@ -84,6 +86,25 @@ class Exporter:
             ).all()
         for job_id in pending:
             self.export(job_id, rotate=len(pending) == JOBS_PER_PASS)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop the staging of jobs no longer exported: deleted before their end was (their
+        rows went with them), so their files would stay in the server's data dir for good."""
+        staged = self.tensorboard.staged_jobs()
+        if not staged:
+            return
+        with self.sessions() as s:
+            live = set(
+                s.scalars(
+                    select(TrackingExportRow.job_id).where(
+                        TrackingExportRow.job_id.in_(staged), TrackingExportRow.done == false()
+                    )
+                )
+            )
+        for job_id in set(staged) - live:
+            self.tensorboard.discard(job_id)
+            self._refused.pop(job_id, None)
 
     def export(self, job_id: str, rotate: bool = False) -> None:
         """One job's pass; ``rotate``: more jobs wait than a pass takes, so this one goes to the back."""
@@ -94,8 +115,10 @@ class Exporter:
                 return
             # The status before the reports: an ended job takes in no more, so a batch read
             # after it that comes back short is the whole rest.
-            facts = JobFacts(job.id, job.name, job.kind, JobStatus(job.status), job.attempt, job.spec)
-            wants_tb, experiment = row.tensorboard, row.mlflow_experiment
+            facts = JobFacts(job.id, job.name, job.kind, job.project, JobStatus(job.status), job.attempt, job.spec)
+            wants_tb = row.tensorboard
+            # Each project has its own experiments: the spec's name is read inside the job's project.
+            experiment = mlflow_experiment(job.project, row.mlflow_experiment) if row.mlflow_experiment else None
         caught_up = True
         if wants_tb:
             caught_up &= self._tool(facts, "tensorboard", self._tensorboard)
@@ -178,26 +201,46 @@ class Exporter:
         reports, trials = self._reports(facts.job_id, seq, trial_id)
         rows = [("", step if step is not None else n, ts, values) for n, step, ts, values in reports]
         rows += [
-            (tensorboard_tag(trial), self._trial_step(step, epoch, values, i), ts, values)
+            (trial, self._trial_step(step, epoch, values, i), ts, values)
             for i, trial, step, epoch, ts, values in trials
         ]
         if rows:
             TRACKING_EXPORTED.labels("tensorboard").inc(len(rows))
-            self.tensorboard.write(facts.job_id, rows)
+            self.tensorboard.write(facts.job_id, rows)  # into the server's staging folder
             self._note(
                 facts.job_id,
                 tensorboard_seq=reports[-1][0] + 1 if reports else seq,
                 tensorboard_trial_id=trials[-1][0] if trials else trial_id,
-                error=None,
+                **({} if facts.job_id in self._refused else {"error": None}),
             )
+        if not facts.status.is_terminal():  # an ended job's files are copied by its end (_finish)
+            self._publish(facts.job_id)
         return len(reports) < BATCH and len(trials) < BATCH
+
+    def _publish(self, job_id: str) -> None:
+        """Copy the staged files into the job's prefix, after the cursor moved: a copy its
+        storage refuses is tried again each pass from the staged files, never by writing the
+        reports twice. A refusal comes from the job's own storage (a folder where a file goes,
+        a full disk): it is noted on the job, not paused like a tracker that fails."""
+        try:
+            self.tensorboard.publish(job_id)
+        except OSError as exc:
+            why = f"tensorboard: {exc}"
+            if self._refused.get(job_id) != why:
+                self._refused[job_id] = why
+                TRACKING_ERRORS.labels("tensorboard").inc()
+                log.warning("job %s: %s", job_id, why)
+                self._note(job_id, error=why)
+            return
+        if self._refused.pop(job_id, None) is not None:
+            self._note(job_id, error=None)
 
     def _mlflow(self, facts: JobFacts, experiment: str) -> bool:
         with self.sessions() as s:
             row = s.get(TrackingExportRow, facts.job_id)
             run_id, trial_runs = row.mlflow_run_id, dict(row.trial_runs or {})
         if run_id is None:
-            run_id = self.mlflow.start(experiment, facts.job_id, facts.name, facts.kind, facts.spec)
+            run_id = self.mlflow.start(experiment, facts.job_id, facts.name, facts.kind, facts.project, facts.spec)
             self._note(facts.job_id, mlflow_run_id=run_id)  # before any metric: a restart reuses this run
         seq, trial_cursor = self._cursors(facts.job_id, "mlflow")
         reports, trials = self._reports(facts.job_id, seq, trial_cursor)
@@ -208,7 +251,7 @@ class Exporter:
         for trial, rows in by_trial.items():
             if trial not in trial_runs:
                 trial_runs[trial] = self.mlflow.start_trial(
-                    experiment, run_id, facts.job_id, trial, self._trial_config(facts.job_id, trial)
+                    run_id, facts.job_id, facts.project, trial, self._trial_config(facts.job_id, trial)
                 )
                 self._note(facts.job_id, trial_runs=dict(trial_runs))
             self.mlflow.log(trial_runs[trial], rows)
@@ -241,21 +284,32 @@ class Exporter:
             )
 
     def _finish(self, facts: JobFacts, wants_tb: bool, experiment: str | None) -> None:
+        notes: list[str] = []
         if wants_tb:
-            self.tensorboard.close(facts.job_id)
-        note = None
+
+            def close_tb(f: JobFacts) -> bool:
+                try:
+                    self.tensorboard.close(f.job_id)
+                except OSError as exc:  # the job's storage refused the copy: its export ends without it
+                    self.tensorboard.discard(f.job_id)
+                    notes.append(f"tensorboard: {exc}")
+                self._refused.pop(f.job_id, None)
+                return True
+
+            if not self._tool(facts, "tensorboard", close_tb):
+                return
         if experiment and self.mlflow is not None:
 
             def close(f: JobFacts) -> bool:
-                nonlocal note
                 with self.sessions() as s:
                     row = s.get(TrackingExportRow, f.job_id)
                     run_id, trial_runs = row.mlflow_run_id, list((row.trial_runs or {}).values())
                 if run_id is not None:
                     prefix = storage.job_prefix(self.storage_path, f.job_id)
                     note = self.mlflow.finish(run_id, f.status.value, self._final_checkpoint(f), prefix, trial_runs)
+                    notes.extend([note] if note else [])
                 return True
 
             if not self._tool(facts, "mlflow", close):
                 return
-        self._note(facts.job_id, done=True, finished_attempt=facts.attempt, error=note)
+        self._note(facts.job_id, done=True, finished_attempt=facts.attempt, error="; ".join(notes) or None)

@@ -1,6 +1,7 @@
-"""A job as MLflow runs, through MLflow's own client: one run per job (params from its
-spec, metrics by step, tags ``raydock.job_id``, the final checkpoint as an artifact at
-the end); a search's trials as runs nested under it (``mlflow.parentRunId``)."""
+"""A job as MLflow runs, through MLflow's own client: one run per job in its project's
+experiment (``names.mlflow_experiment``; params from its spec, metrics by step, tags
+``raydock.job_id`` and ``raydock.project``, the final checkpoint as an artifact at the
+end); a search's trials as runs nested under it, in its experiment (``mlflow.parentRunId``)."""
 
 from __future__ import annotations
 
@@ -63,21 +64,27 @@ class MlflowRuns:
         found = self.client.get_experiment_by_name(name)
         return found.experiment_id if found is not None else self.client.create_experiment(name)
 
-    def start(self, experiment: str, job_id: str, name: str, kind: str, spec: dict[str, Any]) -> str:
+    def start(self, experiment: str, job_id: str, name: str, kind: str, project: str, spec: dict[str, Any]) -> str:
         """The job's run; its id is stored before anything is logged to it, so a restart reuses it."""
         run = self.client.create_run(
             self.experiment_id(experiment),
             run_name=name,
-            tags={"raydock.job_id": job_id, "raydock.kind": kind},
+            tags={"raydock.job_id": job_id, "raydock.kind": kind, "raydock.project": project},
         )
         self._params(run.info.run_id, params(spec))
         return run.info.run_id
 
-    def start_trial(self, experiment: str, parent: str, job_id: str, trial_id: str, config: dict[str, Any]) -> str:
+    def start_trial(self, parent: str, job_id: str, project: str, trial_id: str, config: dict[str, Any]) -> str:
+        """A trial's run, in its parent's experiment (whatever that experiment is named now)."""
         run = self.client.create_run(
-            self.experiment_id(experiment),
+            self.client.get_run(parent).info.experiment_id,
             run_name=trial_id,
-            tags={"raydock.job_id": job_id, "raydock.trial_id": trial_id, "mlflow.parentRunId": parent},
+            tags={
+                "raydock.job_id": job_id,
+                "raydock.project": project,
+                "raydock.trial_id": trial_id,
+                "mlflow.parentRunId": parent,
+            },
         )
         self._params(run.info.run_id, params(config))
         return run.info.run_id

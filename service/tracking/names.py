@@ -1,9 +1,12 @@
 """What each tracker accepts, and the bounds raydock keeps: metric names sanitised to a
 tool's alphabet and length, only finite numbers as values, a bounded number of keys per
-report, and a job spec flattened to ``a.b.c`` params."""
+report, a job spec flattened to ``a.b.c`` params, and the names raydock gives what it
+makes: a trial's TensorBoard folder (never the trial id, which the job chose) and a
+project's MLflow experiment."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -17,6 +20,17 @@ SKIPPED = frozenset({"step"})  # the x-axis of every series, not a series itself
 
 _MLFLOW_BAD = re.compile(r"[^\w./\- :]")  # MLflow: alphanumerics, _ - . / space and :
 _TENSORBOARD_BAD = re.compile(r"[^\w./\-]")
+
+
+def trial_folder(trial_id: str) -> str:
+    """A trial's run folder under ``tensorboard/``: a hash of its id, so no id is ever a path."""
+    return "trial-" + hashlib.sha256(trial_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def mlflow_experiment(project: str, experiment: str) -> str:
+    """The MLflow experiment of a spec's ``tracking.mlflow.experiment`` in ``project``: one
+    namespace per project (a project name holds no ``/``, so no two projects share one)."""
+    return f"{project}/{experiment}"
 
 
 def mlflow_key(name: str) -> str:
