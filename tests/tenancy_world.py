@@ -59,10 +59,11 @@ class World:
         self.service.sessions.kw["bind"].dispose()
 
 
-def start_world(data_dir: Path) -> World:
+def start_world(data_dir: Path, **env: str) -> World:
+    """``env``: the server's further settings (RAYDOCK_*)."""
     url = f"sqlite:///{data_dir / 'raydock.db'}"
     service = job_service(url, data_dir)  # migrates the store before the server opens it
-    server = ServerProcess(data_dir, dead_ray(), extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+    server = ServerProcess(data_dir, dead_ray(), extra_env={"RAYDOCK_DATABASE_URL": url, **env}).start()
     world = World(server, service)
     admin_token = (data_dir / "admin-token").read_text().strip()
     world.tokens.update(admin=admin_token, none=None)
