@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import threading
 import time
@@ -16,18 +17,27 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tests import download_attacks
 from tests.code_attacks import package
 from tests.jobstore import set_columns
 from tests.tenancy_world import World
 
-MAX_STREAMS, MAX_UPLOADS = 8, 4  # shares at the defaults: streams 4 a project, 2 a user; uploads 2 and 1
+MAX_STREAMS, MAX_UPLOADS, MAX_DOWNLOADS = 8, 4, 4  # shares at the defaults: a project half, a user a quarter
 CAPS_ENV = {
     "RAYDOCK_MAX_STREAMS": str(MAX_STREAMS),
     "RAYDOCK_MAX_CONCURRENT_UPLOADS": str(MAX_UPLOADS),
+    "RAYDOCK_MAX_CONCURRENT_DOWNLOADS": str(MAX_DOWNLOADS),
     "RAYDOCK_STREAM_IDLE_S": "2",
     "RAYDOCK_STREAM_RECHECK_S": "0.5",
     "RAYDOCK_UPLOAD_GRACE_S": "120",  # held uploads stay held while a test looks at them
 }
+
+
+def big_checkpoint(world: World, job_id: str) -> str:
+    """A checkpoint of the job too big to sit in the sockets' buffers (32 MiB that do not
+    compress): a download whose client reads nothing holds its place. Its download path."""
+    row_id, _ = download_attacks.checkpoint(world, job_id, {"model.pt": os.urandom(32 * 2**20)})
+    return download_attacks.download_path(job_id, row_id)
 
 
 def running_job(world: World, project: str) -> str:
@@ -48,12 +58,18 @@ class Opened:
 
 def open_follows(world: World, who: str, job_id: str, n: int, stack: ExitStack) -> Opened:
     """``n`` follows of the job's log by ``who``, each on its own connection, held open by ``stack``."""
+    return open_answers(world, who, f"/v1/jobs/{job_id}/logs", {"follow": "true"}, n, stack)
+
+
+def open_answers(world: World, who: str, path: str, params: dict, n: int, stack: ExitStack) -> Opened:
+    """``n`` GETs of ``path`` by ``who`` whose answers are left unread past their head, each
+    on its own connection, held open by ``stack``."""
     client = stack.enter_context(
         httpx.Client(base_url=world.url, headers=world.headers(who), timeout=30, limits=httpx.Limits(max_connections=n))
     )
     out = Opened()
     for _ in range(n):
-        r = stack.enter_context(client.stream("GET", f"/v1/jobs/{job_id}/logs", params={"follow": "true"}))
+        r = stack.enter_context(client.stream("GET", path, params=params))
         out.codes.append(r.status_code)
         if r.status_code == 429:
             details = json.loads(r.read())["error"].get("details") or [{}]
@@ -132,9 +148,9 @@ def upload(world: World, who: str, project: str, body: bytes) -> httpx.Response:
         return client.put(f"/v1/code/{sha}", params={"project": project}, content=body)
 
 
-def trickle_upload(url: str, body: bytes, chunk: int, every_s: float, wait_s: float) -> bytes:
-    """An upload that sends ``chunk`` bytes every ``every_s``; the server's answer (b"" when
-    none came within ``wait_s``)."""
+def trickle_upload(url: str, body: bytes, chunk: int, every_s: float, wait_s: float) -> tuple[bytes, bool]:
+    """An upload that sends ``chunk`` bytes every ``every_s``: the server's answer (b"" when
+    none came within ``wait_s``), and whether the server closed the connection by then."""
     sha = hashlib.sha256(body).hexdigest()
     port = int(url.rsplit(":", 1)[1])
     stop = threading.Event()
@@ -152,13 +168,16 @@ def trickle_upload(url: str, body: bytes, chunk: int, every_s: float, wait_s: fl
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        got = b""
+        got, closed = b"", False
         try:
             while piece := sock.recv(65536):  # to the end of the answer: the server closes a cut upload
                 got += piece
-        except (TimeoutError, ConnectionResetError):
+            closed = True
+        except ConnectionResetError:
+            closed = True
+        except TimeoutError:
             pass
         finally:
             stop.set()
             sender.join(5)
-        return got
+        return got, closed

@@ -45,6 +45,21 @@ def test_one_user_holds_its_share_of_streams_and_another_project_is_still_served
         assert other.codes == [200]  # beta's member still gets a stream
 
 
+def test_one_user_holds_its_share_of_downloads_and_another_project_still_downloads(world):
+    alpha, beta = caps_attacks.running_job(world, "alpha"), caps_attacks.running_job(world, "beta")
+    alpha_path, beta_path = caps_attacks.big_checkpoint(world, alpha), caps_attacks.big_checkpoint(world, beta)
+    with ExitStack() as stack:
+        viewer = caps_attacks.open_answers(world, "viewer", alpha_path, {}, caps_attacks.MAX_DOWNLOADS, stack)
+        mate = caps_attacks.open_answers(world, "mate", alpha_path, {}, 1, stack)
+        owner = caps_attacks.open_answers(world, "owner", alpha_path, {}, 1, stack)
+        other = caps_attacks.open_answers(world, "other", beta_path, {}, 1, stack)
+        print(f"\nviewer {viewer.codes}, mate {mate.codes}, owner {owner.codes}, other project {other.codes}")
+        assert viewer.served == 1 and set(viewer.shares) == {"user"}  # a quarter of 4
+        assert mate.codes == [200]
+        assert owner.codes == [429] and owner.shares == ["project"]  # alpha holds half of 4
+        assert other.codes == [200]
+
+
 def test_one_member_holds_its_share_of_uploads_and_another_project_still_uploads(world):
     mate = caps_attacks.hold_uploads(world, "mate", "alpha", caps_attacks.MAX_UPLOADS)
     owner = caps_attacks.hold_uploads(world, "owner", "alpha", 1)
@@ -141,9 +156,10 @@ QUOTA = {"RAYDOCK_CODE_QUOTA_BYTES": str(len(BODY_A) + len(BODY_B) - 1)}
 @pytest.mark.parametrize("target", [SLOW], indirect=True)
 def test_an_upload_slower_than_the_least_rate_is_cut_with_408(target):
     body = os.urandom(50_000)  # cut long before its end: what the bytes are does not matter
-    answer = caps_attacks.trickle_upload(target.url, body, chunk=100, every_s=0.5, wait_s=25)
-    print(f"\ntrickled upload answered: {answer[:60]!r}")
+    answer, closed = caps_attacks.trickle_upload(target.url, body, chunk=100, every_s=0.5, wait_s=25)
+    print(f"\ntrickled upload answered: {answer[:60]!r}; connection closed: {closed}")
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert closed  # the trickle holds no connection either
     assert b'"upload_too_slow"' in answer and b"RAYDOCK_UPLOAD_MIN_BYTES_PER_S" in answer
     assert httpx.get(f"{target.url}/healthz").status_code == 200
 

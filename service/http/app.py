@@ -196,8 +196,12 @@ def _body(err: RaydockError, headers: dict[str, str] | None = None) -> JSONRespo
 
 
 async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
-    retry = getattr(exc, "retry_after_s", None)  # a 429 says when to come back
-    return _body(exc, {"Retry-After": str(retry)} if retry else None)
+    headers = {}
+    if retry := getattr(exc, "retry_after_s", None):  # a 429 says when to come back
+        headers["Retry-After"] = str(retry)
+    if getattr(exc, "close_connection", False):  # a request cut off mid-body: its connection closes
+        headers["Connection"] = "close"
+    return _body(exc, headers or None)
 
 
 async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -45,8 +45,12 @@ ZIP_BODY = {
 }
 
 
+class UploadTooSlow(RaydockError):
+    close_connection = True  # the rest of the body is not waited for: the connection goes with the answer
+
+
 def upload_too_slow(received: int, elapsed: float, min_rate: int) -> RaydockError:
-    return RaydockError(
+    return UploadTooSlow(
         f"The upload arrived too slowly: {received} bytes in {elapsed:.0f} s, under the server's least average rate of "
         f"{min_rate} bytes/s (RAYDOCK_UPLOAD_MIN_BYTES_PER_S); nothing was stored. Upload again over a faster link, "
         "or ask the operator to lower the rate.",
