@@ -177,3 +177,24 @@ def test_a_project_past_its_code_quota_gets_413_saying_how_to_free_space(target)
     assert err["code"] == "code_quota_exceeded" and "DELETE /v1/jobs" in err["message"], err
     assert err["details"][0]["limit"] == len(body_a) + len(body_b) - 1
     assert put(body_a).status_code == 200  # what the project holds already costs nothing
+
+
+@pytest.mark.parametrize("target", [{"RAYDOCK_CODE_RETENTION_S": "2"}], indirect=True)
+def test_a_projects_hold_on_a_package_it_no_longer_uses_lapses_while_another_uses_it(target):
+    """The package's last use is the other project's; the hold of the project that stopped
+    using it lapses anyway, so its code quota is freed."""
+    with httpx.Client(base_url=target.url, timeout=30) as admin:
+        admin.post("/v1/projects", json={"name": "beta"}).raise_for_status()
+        for project in ("default", "beta"):
+            r = admin.put(f"/v1/code/{hashlib.sha256(BODY_A).hexdigest()}", params={"project": project}, content=BODY_A)
+            assert r.status_code == 201, r.text
+        sha = hashlib.sha256(BODY_A).hexdigest()
+        held = {"default": 200}
+        for _ in range(100):  # beta keeps using it; the monitor collects every second
+            assert admin.head(f"/v1/code/{sha}", params={"project": "beta"}).status_code == 200
+            held = {p: admin.get(f"/v1/code/{sha}", params={"project": p}).status_code for p in ("default", "beta")}
+            if held["default"] == 404:
+                break
+            threading.Event().wait(0.3)
+    print(f"\nafter the retention period: {held}")
+    assert held == {"default": 404, "beta": 200}
