@@ -9,13 +9,14 @@ from functools import cached_property
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from api.schemas.quotas import QuotaSpec
 from api.schemas.tenancy import DEFAULT_TOKEN_TTL_DAYS, MAX_TOKEN_TTL_DAYS
+from service.client_limits import ClientLimits
 
 
-class Settings(BaseSettings):
+class Settings(ClientLimits):
     model_config = SettingsConfigDict(env_prefix="RAYDOCK_", extra="ignore")
 
     data_dir: Path = Field(
@@ -37,47 +38,6 @@ class Settings(BaseSettings):
         description="URL the cluster uses to reach this API for live events; derived from host/port when unset.",
     )
     api_token: str | None = Field(default=None, description="Bearer token required by the API; mandatory off loopback.")
-    max_request_bytes: int = Field(
-        default=1 << 20, ge=1, description="Largest request body the API reads (413 above it)."
-    )
-    max_concurrent_downloads: int = Field(
-        default=8,
-        ge=1,
-        le=10_000,
-        description="Checkpoint downloads served at once; one more is turned away with 429 (too_many_downloads).",
-    )
-    download_send_timeout_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="A checkpoint download whose client reads nothing for this long is dropped.",
-    )
-    max_connections: int = Field(
-        default=1000,
-        ge=16,
-        le=1_000_000,
-        description=(
-            "Most connections the API holds; past it a new connection closes the one that has waited longest for "
-            "its request to arrive. Kept under the file descriptor limit (ulimit -n) less 256."
-        ),
-    )
-    header_timeout_s: float = Field(
-        default=10.0, gt=0, le=3600, description="How long a request's headers may take to arrive (408 past it)."
-    )
-    body_timeout_s: float = Field(
-        default=30.0, gt=0, le=3600, description="Longest pause between two chunks of a request body (closed past it)."
-    )
-    keep_alive_timeout_s: int = Field(
-        default=5, ge=1, le=3600, description="How long an idle keep-alive connection stays open."
-    )
-    max_header_bytes: int = Field(
-        default=32 * 1024, ge=4096, le=1 << 20, description="Largest request line and headers the API reads (400)."
-    )
-    max_streams: int = Field(
-        default=256,
-        ge=1,
-        le=100_000,
-        description="Most streams (metrics SSE, followed logs) open at once; more get 429 `too_many_streams`.",
-    )
     open_docs: bool = Field(
         default=False,
         description="Serve /docs, /redoc and /openapi.json without the API token (they need it when one is set).",
@@ -194,6 +154,12 @@ class Settings(BaseSettings):
     )
     max_concurrent_uploads: int = Field(
         default=4, ge=1, le=1000, description="Code uploads taken in at once; more get 429 too_many_uploads."
+    )
+    code_quota_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        lt=2**53,
+        description="Most bytes of uploaded code packages one project may hold (413 code_quota_exceeded past it).",
     )
     code_retention_s: float = Field(
         default=7 * 86_400,

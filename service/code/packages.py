@@ -9,7 +9,10 @@ recorded: a refused, broken or half-received upload leaves nothing behind.
 
 Packages are held per project (``code_refs``): the same bytes uploaded by two projects
 are two references to one stored file, and a project sees, probes and runs only the
-packages it holds (another project's reads as missing, so a hash cannot be probed).
+packages it holds (another project's reads as missing, so a hash cannot be probed), and
+its record says when that project first uploaded it and last used it, never another's. A
+project's hold lapses ``RAYDOCK_CODE_RETENTION_S`` after its last use unless a job of it
+runs the package.
 
 A job names its package as ``code: sha256:<hex>``; the submit records the reference in
 the job's transaction (``reference``), and Ray gets the package's URI as the job's
@@ -19,8 +22,9 @@ after its last upload or submit (``collect``, from the monitor).
 Error codes: ``code_hash_mismatch``, ``code_package_invalid``, ``code_package_unsafe``,
 ``code_name_reserved`` (422), ``code_too_large`` (413 for bytes, 422 for files), ``code_package_not_found``
 (404 on the code routes, 422 in a job spec), ``code_package_altered`` (409: the stored bytes no longer match
-the name; checked on every use, and at every attempt's start by service/attempts.py), ``too_many_uploads``
-(429 with Retry-After, past ``RAYDOCK_MAX_CONCURRENT_UPLOADS`` uploads at once).
+the name; checked on every use, and at every attempt's start by service/attempts.py), ``code_quota_exceeded``
+(413, past the project's ``RAYDOCK_CODE_QUOTA_BYTES``: ``service/code/quota.py``). How many uploads run at once
+and how fast they must arrive is the route's concern (``service/http/routes/code.py``).
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.code_package import module_in_package, reserved_names
-from api.errors import Busy, CodeTooLarge, Conflict, InvalidSpec, NotFound
+from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service import storage
+from service.code import quota
 from service.code.package_zip import check_zip
 from service.db.models import CodePackageRow, JobCodeRow, JobRow, count, utcnow
 from service.db.tenancy_models import CodeRefRow
@@ -55,13 +60,6 @@ log = logging.getLogger("raydock.code")
 
 CODE_DIR = "_code"  # under the storage path, beside the jobs' prefixes (job ids start with "j")
 READ_CHUNK = 1 << 20
-
-
-class TooManyUploads(Busy):
-    """More uploads at once than the server takes in (each holds a temp file, a hash and a zip check)."""
-
-    status, code = 429, "too_many_uploads"
-    retry_after_s = 5
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,6 @@ class CodeStore:
         self.settings, self.sessions = settings, sessions
         self.incoming = settings.data_dir / "code-incoming"
         self._lock = threading.Lock()  # a store and a collection of the same package never interleave here
-        self._uploads = 0  # uploads being received now, against RAYDOCK_MAX_CONCURRENT_UPLOADS
 
     @property
     def collect_every_s(self) -> float:
@@ -104,8 +101,8 @@ class CodeStore:
         """The package's record as ``project`` holds it (its jobs only); ``check``: only if
         its stored bytes still match its name."""
         with self.sessions() as s:
-            row = s.get(CodePackageRow, sha256)
-            if row is None or s.get(CodeRefRow, (project, sha256)) is None:
+            row, ref = s.get(CodePackageRow, sha256), s.get(CodeRefRow, (project, sha256))
+            if row is None or ref is None:
                 raise _not_found(sha256)
             jobs = count(
                 s,
@@ -113,7 +110,7 @@ class CodeStore:
                 JobCodeRow.sha256 == sha256,
                 JobCodeRow.job_id.in_(select(JobRow.id).where(JobRow.project == project)),
             )
-            public = _public(row, jobs)
+            public = _public(row, ref, jobs)
         if check and not self.verify(sha256):
             raise altered(sha256)
         return public
@@ -127,23 +124,12 @@ class CodeStore:
         cap = self.settings.code_max_bytes
         if declared is not None and declared > cap:
             raise _too_large_body(declared, cap)
-        if self._uploads >= self.settings.max_concurrent_uploads:
-            raise TooManyUploads(
-                f"The server is taking in {self._uploads} code uploads already (RAYDOCK_MAX_CONCURRENT_UPLOADS); "
-                f"nothing was read. Upload again in {TooManyUploads.retry_after_s} s.",
-                details=[{"cap": "max_concurrent_uploads", "limit": self.settings.max_concurrent_uploads}],
-            )
-        self._uploads += 1  # on the event loop: no other receive runs between the test and this
-        try:
-            return await self._receive(sha256, body, cap, project, actor)
-        finally:
-            self._uploads -= 1
-
-    async def _receive(self, sha256: str, body: AsyncIterator[bytes], cap: int, project: str, actor: str) -> Stored:
         # The database, the zip check and the copy into storage run off the event loop:
         # a large package must not stall the server's other requests.
         if (known := await asyncio.to_thread(self.touch, sha256, project)) is not None:
             return Stored(known, created=False)  # nothing read: the project holds these bytes
+        if declared is not None:
+            await asyncio.to_thread(self._check_quota, project, declared)  # before a byte is read
         self.incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=self.incoming, prefix=f"{sha256[:12]}-", suffix=".zip")
         try:
@@ -173,9 +159,10 @@ class CodeStore:
         missing, so the next upload of the real bytes replaces it)."""
         with self.sessions.begin() as s:
             row = s.get(CodePackageRow, sha256)
-            if row is None or s.get(CodeRefRow, (project, sha256)) is None or not self.verify(sha256):
+            ref = s.get(CodeRefRow, (project, sha256))
+            if row is None or ref is None or not self.verify(sha256):
                 return None
-            row.last_used_at = utcnow()
+            row.last_used_at = ref.last_used_at = utcnow()
         return self.get(sha256, project)
 
     def verify(self, sha256: str) -> bool:
@@ -200,8 +187,15 @@ class CodeStore:
         log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
         return False
 
+    def _check_quota(self, project: str, size: int, sha256: str | None = None) -> None:
+        with self.sessions() as s:
+            if sha256 is not None and s.get(CodeRefRow, (project, sha256)) is not None:
+                return  # the project holds it already: storing it again adds nothing
+            quota.check(s, project, size, self.settings.code_quota_bytes, self.settings.code_retention_s)
+
     def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, project: str, actor: str) -> Stored:
         with self._lock:
+            self._check_quota(project, size, sha256)
             storage.put_file(str(tmp), self.folder, f"{sha256}.zip")
             try:
                 with self.sessions.begin() as s:
@@ -212,7 +206,8 @@ class CodeStore:
                         row.last_used_at = utcnow()  # the file was missing, or another project holds it
                     created = s.get(CodeRefRow, (project, sha256)) is None
                     if created:
-                        s.add(CodeRefRow(project=project, sha256=sha256, created_at=utcnow()))
+                        now = utcnow()
+                        s.add(CodeRefRow(project=project, sha256=sha256, created_at=now, last_used_at=now))
                         record(
                             s,
                             "code_uploaded",
@@ -275,6 +270,18 @@ class CodeStore:
 
     # ------------------------------------------------------------------ retention
 
+    def _let_go(self, cutoff) -> None:
+        """End each project's hold on a package it has not used since ``cutoff`` and none
+        of its jobs runs (the package itself stays while another project holds it)."""
+        runs = exists().where(
+            JobCodeRow.sha256 == CodeRefRow.sha256, JobRow.id == JobCodeRow.job_id, JobRow.project == CodeRefRow.project
+        )
+        with self.sessions.begin() as s:
+            s.execute(
+                delete(CodeRefRow).where(CodeRefRow.last_used_at < cutoff, ~runs),
+                execution_options={"synchronize_session": False},
+            )
+
     def collect(self) -> list[str]:
         """Delete the packages no job references whose last use is older than the
         retention period; returns their hashes. The row goes first: a crash between
@@ -283,6 +290,7 @@ class CodeStore:
         unreferenced = ~exists().where(JobCodeRow.sha256 == CodePackageRow.sha256)
         gone = []
         with self._lock:
+            self._let_go(cutoff)
             with self.sessions() as s:
                 due = s.scalars(
                     select(CodePackageRow.sha256).where(CodePackageRow.last_used_at < cutoff, unreferenced)
@@ -326,13 +334,15 @@ def _not_found(sha256: str) -> NotFound:
     return NotFound(f"No code package {sha256}. Upload it with PUT /v1/code/{sha256}.", code="code_package_not_found")
 
 
-def _public(row: CodePackageRow, jobs: int) -> CodePackagePublic:
+def _public(row: CodePackageRow, ref: CodeRefRow, jobs: int) -> CodePackagePublic:
+    """The package as its project holds it: when that project first uploaded it and last
+    used it, never another project's times (the bytes are stored once for all of them)."""
     return CodePackagePublic(
         sha256=row.sha256,
         size_bytes=row.size_bytes,
         files=row.files,
         content_bytes=row.content_bytes,
-        created_at=row.created_at,
-        last_used_at=row.last_used_at,
+        created_at=ref.created_at,
+        last_used_at=ref.last_used_at or ref.created_at,
         jobs=jobs,
     )

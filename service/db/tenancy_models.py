@@ -63,7 +63,9 @@ class CodeRefRow(Base):
 
     project: Mapped[str] = mapped_column(String(64), primary_key=True)
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)  # the project's first upload of it
+    # The project's last upload or submit of it: its hold lapses RAYDOCK_CODE_RETENTION_S after, unless a job of it runs the package.
+    last_used_at: Mapped[datetime | None] = mapped_column(default=utcnow)
 
 
 class ProjectQuotaRow(Base):

@@ -45,6 +45,7 @@ from service.http.routes import (
     users,
     worker_groups,
 )
+from service.http.shares import DOWNLOADS, STREAMS, UPLOADS, Shares
 from service.http.streams import StreamCap
 from service.runtime import Runtime, build_runtime
 from service.settings import Settings
@@ -67,8 +68,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=errors(400, 413),  # the request guard and body parsing answer these on any route
     )
     app.state.settings = settings
-    app.state.downloads = DownloadGate(settings.max_concurrent_downloads, settings.download_send_timeout_s)
-    app.add_middleware(StreamCap, max_streams=settings.max_streams)  # inside the guard: token first
+    shares = (settings.project_share, settings.user_share)
+    app.state.downloads = DownloadGate(
+        Shares(DOWNLOADS, settings.max_concurrent_downloads, *shares), settings.download_send_timeout_s
+    )
+    app.state.uploads = Shares(UPLOADS, settings.max_concurrent_uploads, *shares)
+    app.state.auth = Authenticator(settings.api_token, lambda: app.state.runtime)  # streams ask it again
+    streams = Shares(STREAMS, settings.max_streams, *shares)
+    app.add_middleware(StreamCap, shares=streams, reads=lambda: app.state.runtime.service.reads)  # inside the guard
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),
@@ -76,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         own_limit_prefixes=("/v1/code/",),
         token=settings.api_token,
         open_docs=settings.open_docs,
-        auth=Authenticator(settings.api_token, lambda: app.state.runtime),
+        auth=app.state.auth,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
     app.add_exception_handler(RaydockError, raydock_error)
@@ -189,8 +196,12 @@ def _body(err: RaydockError, headers: dict[str, str] | None = None) -> JSONRespo
 
 
 async def raydock_error(_: Request, exc: RaydockError) -> JSONResponse:
-    retry = getattr(exc, "retry_after_s", None)  # a 429 says when to come back
-    return _body(exc, {"Retry-After": str(retry)} if retry else None)
+    headers = {}
+    if retry := getattr(exc, "retry_after_s", None):  # a 429 says when to come back
+        headers["Retry-After"] = str(retry)
+    if getattr(exc, "close_connection", False):  # a request cut off mid-body: its connection closes
+        headers["Connection"] = "close"
+    return _body(exc, headers or None)
 
 
 async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

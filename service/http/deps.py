@@ -23,6 +23,8 @@ from service.db.listing import MAX_CURSOR_CHARS
 from service.events.trials import TrialService
 from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate
+from service.http.follow import Follow
+from service.http.shares import Shares
 from service.jobs import JobService
 from service.settings import Settings
 from service.tenancy.caller import Caller
@@ -162,6 +164,28 @@ def existing_job(jobs: Jobs, job_id: JobId) -> str:
 
 
 ExistingJobId = Annotated[str, Depends(existing_job)]
+
+
+async def follow(request: Request, jobs: Jobs, settings: AppSettings, job_id: JobId) -> Follow:
+    """What ends a stream of the job before the job ends (``service/http/follow.py``)."""
+    return Follow(
+        request.app.state.auth,
+        request.headers.get("authorization"),
+        job_id,
+        jobs.reads,
+        idle_s=settings.stream_idle_s,
+        recheck_s=settings.stream_recheck_s,
+    )
+
+
+StreamFollow = Annotated[Follow, Depends(follow)]
+
+
+async def uploads(request: Request) -> Shares:
+    return request.app.state.uploads
+
+
+Uploads = Annotated[Shares, Depends(uploads)]
 
 
 async def quota_admin(caller: CurrentCaller) -> str:

@@ -3,30 +3,22 @@ once (one more is turned away with 429 ``too_many_downloads`` and a ``Retry-Afte
 client that reads nothing for ``RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S`` is dropped, and the
 packing stops as soon as the client goes. A stalled client costs the server what one
 download holds (``service.files.archive``: a bounded pipe and one packing thread), and no more
-than the bound of them exist."""
+than the bound of them exist; one user or one project holds at most its share of them
+(``service/http/shares.py``)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 
 import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from api.errors import Busy
+from service.http.shares import Shares
+from service.tenancy.caller import Caller
 
 log = logging.getLogger("raydock.api")
-
-RETRY_AFTER_S = 5
-
-
-class TooManyDownloads(Busy):
-    """As many checkpoint downloads as the server serves at once are under way."""
-
-    status, code = 429, "too_many_downloads"
-    retry_after_s = RETRY_AFTER_S
 
 
 class GzipResponse(StreamingResponse):
@@ -34,37 +26,21 @@ class GzipResponse(StreamingResponse):
 
 
 class DownloadGate:
-    """Counts the downloads under way; ``admit`` takes a place or raises ``TooManyDownloads``."""
+    """The downloads under way (``shares``: the server-wide cap, shared out per user and per
+    project); ``admit`` takes a place or raises 429 ``too_many_downloads``."""
 
-    def __init__(self, limit: int, send_timeout_s: float) -> None:
-        self.limit, self.send_timeout_s = limit, send_timeout_s
-        self._lock = threading.Lock()
-        self._in_flight = 0
+    def __init__(self, shares: Shares, send_timeout_s: float) -> None:
+        self.shares, self.limit, self.send_timeout_s = shares, shares.limit, send_timeout_s
         self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on first use
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self.shares.in_use
 
-    def admit(self) -> Callable[[], None]:
-        """A place for one download; the returned function gives it back (once, however often called)."""
-        with self._lock:
-            if self._in_flight >= self.limit:
-                raise TooManyDownloads(
-                    f"{self.limit} checkpoint downloads are under way, as many as this server serves at once "
-                    f"(RAYDOCK_MAX_CONCURRENT_DOWNLOADS); retry after {RETRY_AFTER_S} s, as the Retry-After "
-                    "header says."
-                )
-            self._in_flight += 1
-        given_back = threading.Event()
-
-        def release() -> None:
-            with self._lock:
-                if not given_back.is_set():
-                    given_back.set()
-                    self._in_flight -= 1
-
-        return release
+    def admit(self, caller: Caller, project: str) -> Callable[[], None]:
+        """A place for one download of a job of ``project``; the returned function gives it
+        back (once, however often called)."""
+        return self.shares.take(caller, project)
 
     def limiter(self) -> anyio.CapacityLimiter:
         # The pieces are taken from the packing thread in threads of their own, so a busy

@@ -17,10 +17,11 @@ DESCRIPTIONS = {
     401: "Missing, wrong, revoked or expired API token (a user token or RAYDOCK_API_TOKEN).",
     403: "The caller may not do this: a server admin's route, or a change by a viewer of the project.",
     404: "No such job (or checkpoint, or trial).",
+    408: "The request arrived too slowly (an upload under RAYDOCK_UPLOAD_MIN_BYTES_PER_S on average).",
     409: "The job is not in a status (or of a kind) that allows this.",
     413: "The request body is over the server's limit (RAYDOCK_MAX_REQUEST_BYTES).",
     422: "A parameter or the body is invalid; `details` lists each problem with its location.",
-    429: "The server is serving as many of these as it takes at once (downloads, uploads, streams, an events post in flight); the `code` says which. Retry after the Retry-After header's seconds.",
+    429: "The server is serving as many of these as it takes at once (downloads, uploads, streams, an events post in flight); the `code` says which, and `details` whether the server, the project or the user holds its share. Retry after the Retry-After header's seconds.",
     503: "The Ray cluster did not answer.",
 }
 

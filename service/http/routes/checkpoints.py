@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from api.errors import job_not_found
 from api.schemas import CheckpointPublic
-from service.http.deps import CheckpointId, Downloads, JobId, Jobs
+from service.http.deps import CheckpointId, CurrentCaller, Downloads, JobId, Jobs
 from service.http.downloads import GzipResponse
 from service.http.openapi import errors
 
@@ -31,10 +32,16 @@ def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
         **errors(404, 422, 429),
     },
 )
-def download_checkpoint(jobs: Jobs, downloads: Downloads, job_id: JobId, checkpoint_id: CheckpointId) -> GzipResponse:
+def download_checkpoint(
+    jobs: Jobs, downloads: Downloads, caller: CurrentCaller, job_id: JobId, checkpoint_id: CheckpointId
+) -> GzipResponse:
     """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory).
-    At most RAYDOCK_MAX_CONCURRENT_DOWNLOADS at once (429 `too_many_downloads` beyond)."""
-    release = downloads.admit()
+    At most RAYDOCK_MAX_CONCURRENT_DOWNLOADS at once, of which one project holds at most
+    RAYDOCK_PROJECT_SHARE and one user RAYDOCK_USER_SHARE (429 `too_many_downloads` beyond)."""
+    project = jobs.project_of(job_id)
+    if project is None:
+        raise job_not_found(job_id)
+    release = downloads.admit(caller, project)
     try:
         filename, pieces = jobs.checkpoint_archive(job_id, checkpoint_id)
     except BaseException:

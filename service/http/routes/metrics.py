@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from api.errors import NotFound
 from api.schemas import MetricPoint
 from service.events import series
-from service.http.deps import ExistingJobId, JobId, Jobs, Since
+from service.http.deps import ExistingJobId, JobId, Jobs, Since, StreamFollow
 from service.http.openapi import errors
 
 router = APIRouter(tags=["metrics"])
@@ -70,21 +70,28 @@ def _json(points: list[MetricPoint], headers: dict[str, str]) -> Response:
     operation_id="stream_metrics",
     responses=errors(404, 422, 429),
 )
-async def stream_metrics(jobs: Jobs, job_id: ExistingJobId, since: Since = -1) -> AsyncIterator[ServerSentEvent]:
+async def stream_metrics(
+    jobs: Jobs, job_id: ExistingJobId, ending: StreamFollow, since: Since = -1
+) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events: one `metric` event per report, then an `end` event when the job
-    ends (status `DELETED` if the job is deleted while it is followed)."""
+    ends (status `DELETED` if the job is deleted while it is followed). A stream of a job that
+    has not been running for RAYDOCK_STREAM_IDLE_S, or whose caller may no longer read it,
+    ends with an `end` event whose `reason` (`not_running`, `access_ended`) and `message` say why."""
     try:
         while True:
-            terminal = await asyncio.to_thread(jobs.is_terminal, job_id)
+            status = (await asyncio.to_thread(jobs.get, job_id)).status
             more = True
             while more:
                 points, more = await asyncio.to_thread(jobs.metrics, job_id, since)
                 for point in points:
                     since = point.seq
                     yield ServerSentEvent(data=point.model_dump(mode="json"), event="metric", id=str(point.seq))
-            if terminal:
-                job = await asyncio.to_thread(jobs.get, job_id)
-                yield ServerSentEvent(data={"status": job.status.value}, event="end")
+            if status.is_terminal():
+                yield ServerSentEvent(data={"status": status.value}, event="end")
+                return
+            if (end := await ending.ending(status)) is not None:
+                data = {"status": status.value, "reason": end.code, "message": end.message}
+                yield ServerSentEvent(data=data, event="end")
                 return
             await asyncio.sleep(STREAM_POLL_S)
     except NotFound:
