@@ -67,11 +67,15 @@ def warm(module: str, args: list[str]) -> int | None:
         "root": ROOT,
         "code": code_version(ROOT),
     }
+    supervisors, unknown = peer.pool_actors()
+    if unknown:
+        print(f"raydock: cannot check who answers on {path} ({unknown}); starting cold", file=sys.stderr)
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT_S)
         sock.connect(path)
-        if reason := peer.check(sock, path):
+        if reason := peer.distrust(sock, path, supervisors):
             print(f"raydock: {path} is not this node's warm process ({reason}); starting cold", file=sys.stderr)
             sock.close()
             return None

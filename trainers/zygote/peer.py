@@ -100,13 +100,14 @@ def distrust(sock: socket.socket, path: str, supervisors: set[int]) -> str | Non
     return None
 
 
-def check(sock: socket.socket, path: str) -> str | None:
-    """Why the client must not talk to its peer; None when it is the node's warm process."""
+def pool_actors() -> tuple[set[int], str | None]:
+    """The pids of the cluster's live pool actors, or why they cannot be known. Asked
+    before connecting: the warm process serves one client at a time and is not kept
+    waiting while the GCS answers."""
     address = os.environ.get("RAY_ADDRESS", "")
     if not address or "://" in address or address == "auto":
-        return "no GCS address (RAY_ADDRESS) to ask who the warm process is"
+        return set(), "no GCS address (RAY_ADDRESS) to ask who the warm process is"
     try:
-        supervisors = supervisor_pids(address)
+        return supervisor_pids(address), None
     except Exception as exc:  # noqa: BLE001 - any failure to ask means: do not trust
-        return f"could not ask the cluster who the warm process is ({type(exc).__name__}: {exc})"
-    return distrust(sock, path, supervisors)
+        return set(), f"could not ask the cluster who the warm process is ({type(exc).__name__}: {exc})"
