@@ -34,7 +34,7 @@ except ValueError:
     names.append("raydock-warm-" + node)  # no pool on this node yet: take its exact name too
 actors = [Squatter.options(name=n, lifetime="detached").remote() for n in names]
 ray.get([a.fill.remote(int(sys.argv[2])) for a in actors])
-print(json.dumps(names), flush=True)
+print("SQUATTED " + json.dumps(names), flush=True)
 """
 
 KILL = r"""
@@ -66,7 +66,8 @@ def log_figures(url: str) -> tuple[float, float] | None:
 def squat(head: LocalHead, lookalikes: int, mib: int) -> list[str]:
     """Create look-alike pool actors (and the node's exact name when no pool holds it), each
     logging ``mib`` lines of 1 MiB; their names."""
-    return json.loads(ray_driver(head, SQUAT, str(lookalikes), str(mib)).strip().splitlines()[-1])
+    said = ray_driver(head, SQUAT, str(lookalikes), str(mib))
+    return json.loads(next(line for line in said.splitlines() if line.startswith("SQUATTED "))[len("SQUATTED ") :])
 
 
 def unsquat(head: LocalHead, names: list[str]) -> None:
