@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse [events downloads code http]
 
 Runs each ``bench/abuse_<area>.py`` in turn (each starts servers of its own: real HTTP,
-SQLite; none needs Ray) and prints their rows, ``what | figure | bound | ok/FAIL``, then
+SQLite; none needs Ray but ``cluster``, which starts a Ray head of its own) and prints their rows, ``what | figure | bound | ok/FAIL``, then
 one summary line. Exits 1 when any row failed.
 """
 

@@ -147,6 +147,7 @@ class Monitor:
             victims, for_job, for_project = self.queue.preempt
             self.preemptions.preempt(victims, for_job, for_project)
         self.collect_code()
+        self.backend.refresh_warm_pool()
 
     def account(self) -> None:
         """Every ACCOUNT_EVERY_S, count the running attempts' usage up to now and add what

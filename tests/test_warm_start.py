@@ -60,7 +60,12 @@ def test_a_job_is_forked_from_the_warm_process_and_the_pool_shows_it(client: Cli
     forked = WARM_LINE.search(job.logs())
     assert forked and int(forked.group(2)) == zygote, job.logs()[-2000:]
     assert not _alive(int(forked.group(1)))  # the driver's process ended with the job
-    pool = wait_for(lambda: [p for p in client.cluster().warm_pool if p.running == 0], 30, "the pool at rest")
+    # GET /v1/cluster shows the monitor's snapshot of the pool (refreshed every 10 s).
+    pool = wait_for(
+        lambda: [p for p in client.cluster().warm_pool if p.running == 0 and p.jobs_served >= 1],
+        30,
+        "the pool at rest after the job",
+    )
     assert len(pool) == 1 and pool[0].ready and pool[0].pid == zygote and pool[0].jobs_served >= 1
     assert pool[0].idle_since is not None and pool[0].idle_timeout_s == 600
 
@@ -72,7 +77,11 @@ def test_a_killed_warm_process_is_replaced_and_jobs_still_run(client: Client, ra
     job.wait(timeout=180)
     assert job.status.value == "SUCCEEDED", job.info.error
     replaced = wait_for(lambda: (pid := warm_pid(ray_head)) not in (None, killed) and pid, 180, "a new warm process")
-    assert [p.restarts >= 1 and p.pid == replaced for p in client.cluster().warm_pool] == [True]
+    wait_for(
+        lambda: [p.restarts >= 1 and p.pid == replaced for p in client.cluster().warm_pool] == [True],
+        30,
+        "the pool listing the new warm process",
+    )
     job = client.submit(tiny())
     job.wait(timeout=180)
     assert job.status.value == "SUCCEEDED", job.info.error

@@ -26,7 +26,7 @@ import httpx
 from api.errors import ClusterUnavailable
 from api.schemas import ClusterInfo, NodeInfo, WarmProcessPublic
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
-from service.cluster.warm_pool import read_warm_pool
+from service.cluster.warm_pool import WarmPool
 
 COLD_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
 # The client forks the driver from the node's warm process, or execs the cold entrypoint (trainers/zygote/).
@@ -95,6 +95,7 @@ class RayBackend:
         # The last answer of cluster_info and when (monotonic): what /metrics reports, never asking Ray itself.
         self.last_cluster: tuple[float, ClusterInfo] | None = None
         self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=timeout_s)
+        self.pool = WarmPool(self._http)
 
     @contextmanager
     def _calling(self, what: str) -> Iterator[None]:
@@ -253,8 +254,13 @@ class RayBackend:
         return info
 
     def warm_pool(self) -> list[WarmProcessPublic]:
-        """Each node's warm process (trainers/zygote/); empty when there is none or the dashboard cannot say."""
-        return read_warm_pool(self._http)
+        """Each node's warm process (trainers/zygote/) as the monitor's last refresh saw it;
+        empty when there is none or the dashboard could not say."""
+        return self.pool.snapshot()
+
+    def refresh_warm_pool(self) -> None:
+        """Read the warm pool again from the dashboard once its snapshot is older than its TTL."""
+        self.pool.refresh_if_due()
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

@@ -1,7 +1,13 @@
-"""The warm pool as the dashboard shows it, for ``GET /v1/cluster``: each node's
-supervisor actor (a named actor in namespace ``raydock``, from the State API) and the
-last facts it printed (a ``RAYDOCK_WARM_POOL {json}`` line on its stdout, from the log
-API). The server never joins the cluster to ask the actors themselves.
+"""The warm pool as the dashboard shows it, for ``GET /v1/cluster``: for each live node,
+the supervisor actor named exactly ``raydock-warm-<node id>`` (namespace ``raydock``,
+from the State API) and the last facts it printed (a ``RAYDOCK_WARM_POOL {json}`` line on
+its stdout, from the log API). The server never joins the cluster to ask the actors.
+
+Any job can create actors with names like these and write into any log file on its node
+(jobs share one OS user), so nothing here grows with what jobs do: one actor per live
+node by its exact name (at most ``MAX_NODES``), and of each log at most ``MAX_LOG_BYTES``
+read, of which only the last ``TAIL_BYTES`` are kept. ``WarmPool.refresh`` runs in the
+monitor every ``REFRESH_S``; requests read the snapshot it left.
 
 The names here are the ones trainers/zygote/supervisor.py uses; the server and the code
 on the cluster share no module.
@@ -11,6 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+from typing import Callable
 
 import httpx
 from pydantic import ValidationError
@@ -20,39 +29,65 @@ from api.schemas import WarmProcessPublic
 NAMESPACE = "raydock"
 NAME_PREFIX = "raydock-warm-"
 FACTS_PREFIX = "RAYDOCK_WARM_POOL "
-MAX_POOL_ACTORS = 1000
-FACTS_LINES = 200  # the supervisor prints its facts on each change; the warm process logs a few lines of its own
+MAX_NODES = 1000
+FACTS_LINES = 20  # the supervisor prints its facts on each change; the warm process logs a few lines of its own
+MAX_LOG_BYTES = 64 * 1024  # read of one actor's log tail, at most; a facts line is ~300 bytes
+TAIL_BYTES = 8 * 1024  # kept of what was read: the last facts line is near the end
+REFRESH_S = 10.0
 
 log = logging.getLogger("raydock")
 
 
-def read_warm_pool(http: httpx.Client) -> list[WarmProcessPublic]:
-    """Every live warm process of the cluster; empty when the dashboard cannot say."""
-    params = [
-        ("limit", str(MAX_POOL_ACTORS)),
-        ("filter_keys", "ray_namespace"),
-        ("filter_predicates", "="),
-        ("filter_values", NAMESPACE),
-        ("filter_keys", "state"),
-        ("filter_predicates", "="),
-        ("filter_values", "ALIVE"),
-    ]
+class WarmPool:
+    """The last snapshot of the cluster's warm pool, refreshed off the request path."""
+
+    def __init__(self, http: httpx.Client, refresh_s: float = REFRESH_S):
+        self.http, self.refresh_s = http, refresh_s
+        self._snapshot: list[WarmProcessPublic] = []
+        self._refreshed_at = float("-inf")
+        self._lock = threading.Lock()
+        self.log_reads = 0  # logs read and their bytes since this process started (GET /metrics)
+        self.log_bytes = 0
+
+    def snapshot(self) -> list[WarmProcessPublic]:
+        return list(self._snapshot)
+
+    def refresh_if_due(self) -> None:
+        if time.monotonic() - self._refreshed_at >= self.refresh_s:
+            self.refresh()
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._refreshed_at = time.monotonic()
+            self._snapshot = self.read()
+
+    def read(self) -> list[WarmProcessPublic]:
+        """The warm process of each live node that has one; empty when the dashboard cannot say."""
+        return read_warm_pool(self.http, self._count)
+
+    def _count(self, read_bytes: int) -> None:
+        self.log_reads += 1
+        self.log_bytes += read_bytes
+
+
+def read_warm_pool(http: httpx.Client, count: Callable[[int], None] = lambda _: None) -> list[WarmProcessPublic]:
+    """The warm process of each live node that has one; ``count`` hears the bytes of each log read."""
     try:
-        r = http.get("/api/v0/actors", params=params)
-        r.raise_for_status()
-        actors = r.json()["data"]["result"]["result"]
+        nodes = _result(http, "/api/v0/nodes", [("limit", str(MAX_NODES)), *_where("state", "ALIVE")])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        log.warning("could not list the warm pool's actors: %s", exc)
+        log.warning("could not list the cluster's nodes for the warm pool: %s", exc)
         return []
     pool = []
-    for actor in actors:
-        if not str(actor.get("name") or "").startswith(NAME_PREFIX):
+    for node in nodes:
+        node_id = str(node.get("node_id") or "")
+        actor = _supervisor(http, node_id) if node_id else None
+        if actor is None:
             continue
-        facts = _last_facts(http, str(actor.get("actor_id")))
+        facts = _last_facts(http, str(actor.get("actor_id")), count)
         try:
             pool.append(
                 WarmProcessPublic(
-                    node_id=facts.get("node_id") or actor.get("node_id") or "",
+                    node_id=node_id,
                     ready=bool(facts.get("ready")),
                     pid=facts.get("pid"),
                     started_at=facts.get("started") or 0.0,
@@ -64,21 +99,59 @@ def read_warm_pool(http: httpx.Client) -> list[WarmProcessPublic]:
                 )
             )
         except ValidationError as exc:
-            log.warning("the warm pool actor %s printed facts raydock cannot read: %s", actor.get("name"), exc)
+            log.warning("the warm pool actor of node %s printed facts raydock cannot read: %s", node_id, exc)
     return sorted(pool, key=lambda p: p.node_id)
 
 
-def _last_facts(http: httpx.Client, actor_id: str) -> dict:
+def _where(key: str, value: str) -> list[tuple[str, str]]:
+    return [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
+
+
+def _result(http: httpx.Client, path: str, params: list[tuple[str, str]]) -> list[dict]:
+    r = http.get(path, params=params)
+    r.raise_for_status()
+    return r.json()["data"]["result"]["result"]
+
+
+def _supervisor(http: httpx.Client, node_id: str) -> dict | None:
+    """The live actor named ``raydock-warm-<node_id>`` in namespace raydock, if any."""
+    params = [("limit", "1"), *_where("name", NAME_PREFIX + node_id), *_where("ray_namespace", NAMESPACE)]
     try:
-        r = http.get("/api/v0/logs/file", params={"actor_id": actor_id, "suffix": "out", "lines": str(FACTS_LINES)})
-        r.raise_for_status()
-    except httpx.HTTPError:
-        return {}
-    for line in reversed(r.text.splitlines()):
-        if line.startswith(FACTS_PREFIX):
+        actors = _result(http, "/api/v0/actors", [*params, *_where("state", "ALIVE")])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        log.warning("could not look up the warm pool actor of node %s: %s", node_id, exc)
+        return None
+    return actors[0] if actors and actors[0].get("name") == NAME_PREFIX + node_id else None
+
+
+def _last_facts(http: httpx.Client, actor_id: str, count: Callable[[int], None]) -> dict:
+    tail = _log_tail(http, actor_id, count)
+    for line in reversed(tail.splitlines()):
+        if line.startswith(FACTS_PREFIX.encode()):
             try:
                 facts = json.loads(line[len(FACTS_PREFIX) :])
             except ValueError:
                 continue
             return facts if isinstance(facts, dict) else {}
     return {}
+
+
+def _log_tail(http: httpx.Client, actor_id: str, count: Callable[[int], None]) -> bytes:
+    """The last TAIL_BYTES of the actor's stdout, reading at most MAX_LOG_BYTES of it."""
+    params = {"actor_id": actor_id, "suffix": "out", "lines": str(FACTS_LINES)}
+    tail, read = b"", 0
+    try:
+        with http.stream("GET", "/api/v0/logs/file", params=params) as r:
+            r.raise_for_status()
+            for chunk in r.iter_bytes():
+                chunk = chunk[: MAX_LOG_BYTES - read]
+                read += len(chunk)
+                tail = (tail + chunk)[-TAIL_BYTES:]
+                if read >= MAX_LOG_BYTES:
+                    log.warning("the warm pool actor %s logs more than %d bytes of tail; read no more", actor_id, read)
+                    break
+    except httpx.HTTPError:
+        return b""
+    finally:
+        count(read)
+    return tail

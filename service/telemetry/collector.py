@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
@@ -58,6 +58,7 @@ class StoreCollector(Collector):
             value=age,
         )
         yield from self._cluster()
+        yield from self._warm_pool()
         yield from _running(running)
         yield GaugeMetricFamily(
             "raydock_scrape_store_seconds",
@@ -85,6 +86,21 @@ class StoreCollector(Collector):
             value=time.monotonic() - at,
         )
         yield from (cpus, gpus, nodes, age)
+
+    def _warm_pool(self) -> Iterator[CounterMetricFamily]:
+        pool = getattr(self.backend, "pool", None)
+        if pool is None:
+            return
+        yield CounterMetricFamily(
+            "raydock_warm_pool_log_reads",
+            "Warm-pool actor logs read from the Ray dashboard (one per live node with a pool, per refresh).",
+            value=pool.log_reads,
+        )
+        yield CounterMetricFamily(
+            "raydock_warm_pool_log_bytes",
+            "Bytes of warm-pool actor logs read from the Ray dashboard (a bounded tail of each).",
+            value=pool.log_bytes,
+        )
 
 
 def _jobs(rows) -> GaugeMetricFamily:

@@ -1,6 +1,7 @@
 """The Ray job entrypoint of a raydock job: ``python -m trainers.zygote.client train|tune``.
 
-Standard library only, so it starts in tens of milliseconds. It asks the node's warm
+Standard library only, so it starts in tens of milliseconds (ray's GCS client is imported
+once a socket answers, to check who answers: ``trainers.zygote.peer``). It asks the node's warm
 process (``trainers.zygote.server``) to fork a driver for it with this process's stdin,
 stdout, stderr, cwd and environment, relays the stop signals Ray sends it (SIGINT or
 SIGTERM) to that driver's process group, and exits as the driver did.
@@ -9,7 +10,8 @@ It runs the cold driver instead (``os.execv`` of ``python -m trainers.driver``, 
 entrypoint was before) whenever the warm process cannot serve this job exactly as that
 would: no socket (the first job on a node, or warm starts off), a refused or broken
 connection, another Python (a runtime_env pip/uv job runs in its own virtualenv), or
-other raydock code than the warm process imported. Nothing has run before that choice,
+other raydock code than the warm process imported, or a peer that is not the node's warm
+process (it is then sent nothing at all). Nothing has run before that choice,
 so a job runs once either way.
 """
 
@@ -21,6 +23,7 @@ import socket
 import sys
 
 from trainers.own_imports import ROOT
+from trainers.zygote import peer
 from trainers.zygote.protocol import (
     DRIVERS,
     START_ENV,
@@ -64,10 +67,18 @@ def warm(module: str, args: list[str]) -> int | None:
         "root": ROOT,
         "code": code_version(ROOT),
     }
+    supervisors, unknown = peer.pool_actors()
+    if unknown:
+        print(f"raydock: cannot check who answers on {path} ({unknown}); starting cold", file=sys.stderr)
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT_S)
         sock.connect(path)
+        if reason := peer.distrust(sock, path, supervisors):
+            print(f"raydock: {path} is not this node's warm process ({reason}); starting cold", file=sys.stderr)
+            sock.close()
+            return None
         sock.settimeout(ACCEPT_TIMEOUT_S)
         try:
             send_request(sock, request, [0, 1, 2])

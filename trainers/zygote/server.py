@@ -11,7 +11,11 @@ process starts no thread and never touches CUDA, and checks both before each for
 refuses the job otherwise (the client then starts cold). Its own loop is one thread:
 a selector over the listening socket and a signal pipe (SIGCHLD) that reaps children and
 sends each one's exit status to its client. It exits when its supervisor (the parent)
-is gone, or when the raydock code on disk is no longer the code it imported.
+is gone, when the raydock code on disk is no longer the code it imported, or when its
+socket path no longer names its own socket (another process unlinked it and listens
+there): it says so and exits with ``PATH_TAKEN``, so its supervisor lets the pool go
+rather than show a healthy pool whose jobs reach someone else (clients check their peer,
+``trainers.zygote.peer``, and start cold).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from trainers.zygote.protocol import DRIVERS, code_version, recv_request, send_l
 
 PRELOAD = ("torch", "ray", "ray.train", "ray.train.torch", *DRIVERS.values())
 ALREADY_SERVED = 3  # exit code: another warm process serves this socket
+PATH_TAKEN = 4  # exit code: the socket path names another socket than this process's
 REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 
 
@@ -50,6 +55,7 @@ class WarmProcess:
         self.served = 0
         self.idle_since: float | None = time.time()
         self.stale = False
+        self.socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket this process bound
         self.sel = selectors.DefaultSelector()
 
     def listen(self) -> socket.socket:
@@ -70,8 +76,18 @@ class WarmProcess:
             sock.bind(self.path)
         finally:
             os.umask(old)
+        st = os.stat(self.path)
+        self.socket_id = (st.st_dev, st.st_ino)
         sock.listen(64)
         return sock
+
+    def owns_path(self) -> bool:
+        """Whether the socket path still names the socket this process bound."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.socket_id
 
     def serve(self) -> None:
         listener = self.listen()
@@ -98,13 +114,27 @@ class WarmProcess:
                         except BlockingIOError:
                             pass
                 self.reap()
+                if not self.owns_path():
+                    self.leave_taken_path()
         finally:
             self.unlisten()
 
     def unlisten(self) -> None:
         # Its successor is started only once this process has ended: the path is still its own.
-        with contextlib.suppress(FileNotFoundError):
+        if self.owns_path():
             os.unlink(self.path)
+
+    def leave_taken_path(self) -> None:
+        """Another process unlinked this socket's path (and may listen there): jobs no longer
+        reach this process. Its running drivers are their own processes and report their
+        own exit codes; the supervisor sees PATH_TAKEN and lets the pool go."""
+        print(
+            f"warm process {os.getpid()}: {self.path} no longer names its socket (removed or taken by "
+            "another process); exiting, jobs on this node start cold",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(PATH_TAKEN)
 
     def stop(self, *_) -> None:
         """SIGTERM (the supervisor lets it go): no interpreter teardown of torch and Ray

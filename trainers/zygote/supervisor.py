@@ -28,11 +28,10 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from trainers.zygote.peer import NAME_PREFIX, NAMESPACE
 from trainers.zygote.pool import IDLE_ENV, idle_s
-from trainers.zygote.server import ALREADY_SERVED
+from trainers.zygote.server import ALREADY_SERVED, PATH_TAKEN
 
-NAMESPACE = "raydock"
-NAME_PREFIX = "raydock-warm-"
 FACTS_PREFIX = "RAYDOCK_WARM_POOL "
 POLL_S = 0.5
 MAX_RESTARTS_PER_MINUTE = 5
@@ -71,6 +70,8 @@ class Supervisor:
             if self.proc is None or self.proc.poll() is not None:
                 if self.proc is not None and self.proc.returncode == ALREADY_SERVED:
                     self._leave("another warm process serves this node")
+                if self.proc is not None and self.proc.returncode == PATH_TAKEN:
+                    self._leave(f"another process took the warm socket path {self.socket_path}")
                 now = time.time()
                 self.restarts = [t for t in self.restarts if now - t < 60] + [now]
                 if len(self.restarts) > MAX_RESTARTS_PER_MINUTE:
