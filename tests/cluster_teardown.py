@@ -47,7 +47,7 @@ class Snapshot:
     """What ran on the cluster before: the jobs a teardown leaves alone."""
 
     ray_jobs: set[str] = field(default_factory=set)
-    server_jobs: dict[int, set[str]] = field(default_factory=dict)  # id(ServerProcess) -> unended job ids
+    server_jobs: dict[str, set[str]] = field(default_factory=dict)  # a server's URL -> its unended job ids
     cpus_free: float | None = None  # None: every CPU of the cluster
 
 
@@ -87,7 +87,7 @@ def snapshot(head: LocalHead, *, all_cpus: bool = False) -> Snapshot:
     snap = Snapshot(ray_jobs={j.submission_id for j in _backend(head).list_jobs()})
     for server in _servers_on(head):
         with _http(server) as http:
-            snap.server_jobs[id(server)] = _unended(http)
+            snap.server_jobs[server.url] = _unended(http)
     if not all_cpus:
         snap.cpus_free = _backend(head).cluster_info().cpus_free
     return snap
@@ -97,21 +97,31 @@ def _cancel_through_servers(head: LocalHead, before: Snapshot) -> list[str]:
     """Cancel what each server still runs that ``before`` did not; the jobs that have not
     ended within the wait (their Ray jobs are stopped next)."""
     pending: list[tuple[httpx.Client, str]] = []
-    for server in _servers_on(head):
-        http = _http(server)
-        try:
-            left = sorted(_unended(http) - before.server_jobs.get(id(server), set()))
-            if left:
-                http.post("/v1/jobs:cancel", json={"ids": left}).raise_for_status()
-        except httpx.HTTPError:
-            left = []  # a server the test left unable to answer: its jobs are stopped in Ray below
-        pending.extend((http, job_id) for job_id in left)
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    while pending and time.monotonic() < deadline:
-        pending = [(http, j) for http, j in pending if not _ended(http, j)]
-        if pending:
+    clients = {server.url: _http(server) for server in _servers_on(head)}
+    try:
+        for url, http in clients.items():
+            try:
+                left = sorted(_unended(http) - before.server_jobs.get(url, set()))
+                if left:
+                    http.post("/v1/jobs:cancel", json={"ids": left}).raise_for_status()
+            except httpx.HTTPError:
+                left = []  # a server the test left unable to answer: its jobs are stopped in Ray below
+            pending.extend((http, job_id) for job_id in left)
+        pending = _while_any(pending, lambda left: [(h, j) for h, j in left if not _ended(h, j)], CANCEL_WAIT_S)
+        return [f"{http.base_url} job {j}" for http, j in pending]
+    finally:
+        for http in clients.values():
+            http.close()
+
+
+def _while_any(items: list, remaining, timeout: float) -> list:
+    """Poll ``remaining(items)`` until it is empty or ``timeout`` passes; what remains."""
+    deadline = time.monotonic() + timeout
+    while items and time.monotonic() < deadline:
+        items = remaining(items)
+        if items:
             time.sleep(POLL_S)
-    return [f"{http.base_url} job {j}" for http, j in pending]
+    return items
 
 
 def _ended(http: httpx.Client, job_id: str) -> bool:
@@ -128,13 +138,12 @@ def _stop_ray_jobs(head: LocalHead, before: Snapshot) -> list[str]:
     started = [j.submission_id for j in ray.list_jobs() if j.is_active and j.submission_id not in before.ray_jobs]
     for submission_id in started:
         ray.stop(submission_id)
-    deadline = time.monotonic() + STOP_WAIT_S
-    while started and time.monotonic() < deadline:
+
+    def still_active(left: list[str]) -> list[str]:
         active = {j.submission_id for j in ray.list_jobs() if j.is_active}
-        started = [s for s in started if s in active]
-        if started:
-            time.sleep(POLL_S)
-    return started
+        return [s for s in left if s in active]
+
+    return _while_any(started, still_active, STOP_WAIT_S)
 
 
 def restore(head: LocalHead, before: Snapshot, who: str) -> None:
