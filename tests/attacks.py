@@ -132,6 +132,7 @@ class PushFigures:
     pushes: int  # posts stored (204)
     busy: int  # posts turned away (429)
     other: dict[int, int]
+    pushes_meanwhile: int  # posts stored from the first submit's start to the last one's answer
 
     @property
     def p50(self) -> float:
@@ -168,17 +169,21 @@ def submits_while_a_search_pushes(
     time.sleep(1.0)  # the pushes are under way
     latencies: list[float] = []
     spec = digits_spec(name="submitted-meanwhile")
+    with lock:
+        stored_before = got.get(204, 0)
     with httpx.Client() as client:
         for _ in range(submits):
             t0 = time.perf_counter()
             r = client.post(f"{target.url}/v1/jobs", json=spec, timeout=60)
             latencies.append((time.perf_counter() - t0) * 1000)
             assert r.status_code == 202, r.text
+    with lock:
+        meanwhile = got.get(204, 0) - stored_before
     stop.set()
     for t in threads:
         t.join(120)
     other = {k: v for k, v in got.items() if k not in (204, 429)}
-    return PushFigures(latencies, got.get(204, 0), got.get(429, 0), other)
+    return PushFigures(latencies, got.get(204, 0), got.get(429, 0), other, meanwhile)
 
 
 # ------------------------------------------------------------------------------- M9
@@ -261,11 +266,13 @@ def seed_rows(target: Target, job_id: str, metrics: int, trial_reports_n: int = 
         s.get(JobRow, job_id).metrics_stored = metrics
 
 
-def submit_latencies_while(target: Target, work, min_submits: int = 5) -> tuple[list[float], object]:
-    """Submit jobs one after another while ``work()`` runs in a thread; the latencies and its result."""
+def submit_latencies_while(target: Target, work, min_submits: int = 5) -> tuple[list[float], object, int]:
+    """Submit jobs one after another while ``work()`` runs in a thread; the latencies, its
+    result, and how many submits were answered before it had ended."""
     result: dict[str, object] = {}
     worker = threading.Thread(target=lambda: result.setdefault("value", work()), daemon=True)
     latencies: list[float] = []
+    meanwhile = 0
     spec = digits_spec(name="submitted-meanwhile")
     with httpx.Client() as client:
         worker.start()
@@ -273,9 +280,10 @@ def submit_latencies_while(target: Target, work, min_submits: int = 5) -> tuple[
             t0 = time.perf_counter()
             r = client.post(f"{target.url}/v1/jobs", json=spec, timeout=120)
             latencies.append((time.perf_counter() - t0) * 1000)
+            meanwhile += worker.is_alive()
             assert r.status_code == 202, r.text
     worker.join()
-    return latencies, result.get("value")
+    return latencies, result.get("value"), meanwhile
 
 
 def exploit_chain(depth: int) -> list[dict]:

@@ -20,6 +20,7 @@ import pytest
 
 from api.client import Client
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
+from tests.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
 from tests.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
 from tests.servers import ServerProcess
 

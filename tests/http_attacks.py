@@ -52,13 +52,14 @@ class Slowloris:
     connections: int
     healthz_s: float  # /healthz while the half-sent connections are open
     server_fds: int  # descriptors the server holds then
+    healthz_answered: bool  # 200 before ``healthz_timeout``
 
 
 def slowloris(server: ServerProcess, connections: int, healthz_timeout: float = 10.0) -> Slowloris:
     with ExitStack() as stack:
         half_sent(server, connections, stack)
         took = healthz_s(server, healthz_timeout)
-        return Slowloris(connections, took, server.open_fds())
+        return Slowloris(connections, took, server.open_fds(), took < healthz_timeout)
 
 
 def head_timeout(server: ServerProcess, wait: float) -> tuple[float, bytes]:

@@ -20,7 +20,11 @@ REPO = Path(__file__).resolve().parent.parent
 class ServerProcess:
     """``ray_address`` None: the server starts a Ray head of its own (in its data dir).
     Jobs may ship code from the checkout (``RAYDOCK_CODE_ROOT``) unless ``extra_env``
-    says otherwise; ``unset_env`` names variables of this process the server must not see."""
+    says otherwise; ``unset_env`` names variables of this process the server must not see.
+    ``live`` holds the servers started and not stopped since: tests/cluster_teardown.py
+    cancels through them what a test left running."""
+
+    live: set["ServerProcess"] = set()
 
     def __init__(
         self,
@@ -65,6 +69,7 @@ class ServerProcess:
             cwd=self.cwd,
             preexec_fn=self._limits if self.nofile else None,
         )
+        ServerProcess.live.add(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -85,11 +90,13 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, as in a crash."""
+        ServerProcess.live.discard(self)
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
     def stop(self) -> None:
+        ServerProcess.live.discard(self)
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -63,37 +63,32 @@ def test_elastic_job_grows_when_cpus_free_up_and_resumes_from_checkpoint(server)
     # in start order, so the elastic job starts on the 2 left and grows at its first
     # resize check after the blocker's CPUs are free: to 4, all there is: its max of 8
     # is granted as 4, the cluster's size (admission starts it by its min).
+    # Whatever fails, both jobs are cancelled at the test's teardown (tests/cluster_teardown.py).
     blocker = http.post(
         "/v1/jobs", json=user_spec("userpkg.steps:train", name="blocker", config={"steps": 100_000, "sleep_s": 0.2})
     ).json()["id"]
-    job_id = None
-    try:
-        wait_for(lambda: http.get(f"/v1/jobs/{blocker}/metrics").json(), 120, "the blocker to train")
-        spec = digits_spec(
-            name="grows", epochs=100_000, batch_size=32, scaling=elastic(1, CLUSTER_CPUS * 2, resize_check_interval_s=3)
-        )
-        r = http.post("/v1/jobs", json=spec)
-        assert r.status_code == 202, r.text
-        job_id = r.json()["id"]
-        assert r.json()["spec"]["scaling"]["num_workers"] == {"min": 1, "max": CLUSTER_CPUS * 2}
-        # A lost node shrinks an elastic job instead of failing it.
-        assert r.json()["spec"]["failure"]["max_retries"] == 3
+    wait_for(lambda: http.get(f"/v1/jobs/{blocker}/metrics").json(), 120, "the blocker to train")
+    spec = digits_spec(
+        name="grows", epochs=100_000, batch_size=32, scaling=elastic(1, CLUSTER_CPUS * 2, resize_check_interval_s=3)
+    )
+    r = http.post("/v1/jobs", json=spec)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+    assert r.json()["spec"]["scaling"]["num_workers"] == {"min": 1, "max": CLUSTER_CPUS * 2}
+    # A lost node shrinks an elastic job instead of failing it.
+    assert r.json()["spec"]["failure"]["max_retries"] == 3
 
-        def sizes() -> list[int]:
-            return [g["world_size"] for g in http.get(f"/v1/jobs/{job_id}/worker-groups").json()]
+    def sizes() -> list[int]:
+        return [g["world_size"] for g in http.get(f"/v1/jobs/{job_id}/worker-groups").json()]
 
-        def world_sizes() -> list[int]:
-            return [p["metrics"]["world_size"] for p in http.get(f"/v1/jobs/{job_id}/metrics").json()]
+    def world_sizes() -> list[int]:
+        return [p["metrics"]["world_size"] for p in http.get(f"/v1/jobs/{job_id}/metrics").json()]
 
-        wait_for(lambda: 2 in world_sizes(), 180, "the job to train on the 2 free CPUs")
-        http.post(f"/v1/jobs/{blocker}/cancel")
-        wait_for(lambda: world_sizes().count(CLUSTER_CPUS) >= 2, 180, "reports from 4 workers")
-        http.post(f"/v1/jobs/{job_id}/cancel")
-        wait_for(lambda: status(job_id) == "CANCELLED" and status(blocker) == "CANCELLED", 120, "both jobs to stop")
-    finally:  # a failed wait leaves no job holding the session cluster's CPUs
-        for left in (blocker, job_id):
-            if left is not None:
-                http.post(f"/v1/jobs/{left}/cancel")
+    wait_for(lambda: 2 in world_sizes(), 180, "the job to train on the 2 free CPUs")
+    http.post(f"/v1/jobs/{blocker}/cancel")
+    wait_for(lambda: world_sizes().count(CLUSTER_CPUS) >= 2, 180, "reports from 4 workers")
+    http.post(f"/v1/jobs/{job_id}/cancel")
+    wait_for(lambda: status(job_id) == "CANCELLED" and status(blocker) == "CANCELLED", 120, "both jobs to stop")
     assert sizes() == [2, CLUSTER_CPUS]
     series = http.get(f"/v1/jobs/{job_id}/metrics").json()
     world = [p["metrics"]["world_size"] for p in series]

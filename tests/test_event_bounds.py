@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.db.event_models import CheckpointRow, ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
+from service.db.models import JobRow
 from tests import attacks
 from tests.jobstore import set_columns
 from trainers.events import _Pusher
@@ -107,7 +108,7 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
 
 
 @pytest.mark.long  # about 2 minutes on 2 cores (both databases): RAYDOCK_SLOW_TESTS=1
-def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(target, database_url):
+def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(target):
     job_id = target.running_job()
     attacks.seed_rows(target, job_id, metrics=600_000, trial_reports_n=400_000)
     set_columns(target.service, job_id, status="SUCCEEDED")
@@ -118,15 +119,17 @@ def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(targ
         assert r.status_code == 204, r.text
         return time.perf_counter() - t0
 
-    latencies, took = attacks.submit_latencies_while(target, delete)
+    latencies, took, meanwhile = attacks.submit_latencies_while(target, delete)
     print(
-        f"\ndelete of a job with 1M rows: {took:.1f} s; POST /v1/jobs meanwhile: {len(latencies)} submits, "
-        f"median {sorted(latencies)[len(latencies) // 2]:.0f} ms, max {max(latencies):.0f} ms (bound 1000 ms)"
+        f"\ndelete of a job with 1M rows: {took:.1f} s; POST /v1/jobs meanwhile: {meanwhile} of {len(latencies)} "
+        f"submits, median {sorted(latencies)[len(latencies) // 2]:.0f} ms, max {max(latencies):.0f} ms "
+        "(bound 1000 ms on SQLite in bench/abuse_teardown.py)"
     )
     assert httpx.get(f"{target.url}/v1/jobs/{job_id}").status_code == 404
     assert rows(target, MetricRow, job_id) == rows(target, TrialMetricRow, job_id) == 0
-    if database_url.startswith("sqlite"):  # PostgreSQL locks rows, not the database: submits never wait on a delete
-        assert max(latencies) < 1000
+    # Submits were answered between the delete's chunks: one delete holding SQLite's write
+    # lock throughout would answer none of them before it ended.
+    assert meanwhile >= 2
 
 
 def test_a_resume_is_refused_while_the_job_is_being_deleted(target):
@@ -171,17 +174,22 @@ def test_a_post_with_too_many_search_events_is_413_with_a_code(target):
 
 
 @pytest.mark.slow
-def test_submits_stay_fast_while_a_search_pushes_on_many_connections(tmp_path):
+def test_submits_are_taken_while_a_search_pushes_on_many_connections(tmp_path):
+    """Every submit is answered 202 and stored while posts of a search's reports are
+    stored on 8 connections; how fast they are answered is bench/abuse_events.py's."""
     target = attacks.start_target(tmp_path)  # SQLite: one write lock for the whole store
     try:
         job_id = target.running_search()
         figures = attacks.submits_while_a_search_pushes(target, job_id, connections=8, submits=40)
         print(
             f"\nPOST /v1/jobs while a search pushes on 8 connections: median {figures.p50:.0f} ms, max {figures.max:.0f} ms "
-            f"(bounds 200 / 1000 ms); posts stored {figures.pushes}, turned away {figures.busy}"
+            f"(bounds 200 / 1000 ms in bench/abuse_events.py); posts stored {figures.pushes} "
+            f"({figures.pushes_meanwhile} during the submits), turned away {figures.busy}"
         )
-        assert not figures.other and figures.pushes > 0
-        assert figures.p50 < 200 and figures.max < 1000
+        assert not figures.other and figures.pushes_meanwhile > 0
+        with target.service.sessions() as s:
+            stored = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.name == "submitted-meanwhile"))
+        assert stored == len(figures.submit_ms) == 40
     finally:
         target.stop()
 

@@ -27,11 +27,12 @@ def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
     # 1024 descriptors: the common default, and fewer than the attacker's connections.
     server = http_attacks.start_server(tmp_path, nofile=1024)
     try:
-        f = http_attacks.slowloris(server, connections=1100)
+        # A liveness limit, not a speed bound: bench/abuse_http.py holds the answer to its 3 s.
+        f = http_attacks.slowloris(server, connections=1100, healthz_timeout=60.0)
         print(f"\n/healthz under {f.connections} half-sent requests: {f.healthz_s:.2f} s; server fds: {f.server_fds}")
-        assert f.healthz_s < 3.0
+        assert f.healthz_answered
         assert f.server_fds < 1024
-        assert http_attacks.healthz_s(server, 5.0) < 3.0  # and after the attackers have gone
+        assert httpx.get(server.url + "/healthz", timeout=60).status_code == 200  # and after the attackers have gone
     finally:
         server.stop()
 
@@ -39,9 +40,8 @@ def test_healthz_answers_while_1100_half_sent_requests_are_held(tmp_path):
 def test_a_request_head_that_never_ends_is_answered_408_and_closed(tmp_path):
     server = http_attacks.start_server(tmp_path, RAYDOCK_HEADER_TIMEOUT_S="1")
     try:
-        took, answer = http_attacks.head_timeout(server, wait=8.0)
-        print(f"\nhalf-sent head closed after {took:.2f} s: {answer[:40]!r}")
-        assert took < 4.0
+        took, answer = http_attacks.head_timeout(server, wait=30.0)
+        print(f"\nhalf-sent head closed after {took:.2f} s: {answer[:40]!r} (bound in bench/abuse_http.py)")
         assert answer.startswith(b"HTTP/1.1 408")
         assert b'"request_timeout"' in answer
     finally:
@@ -90,10 +90,9 @@ def test_open_docs_serves_the_api_document_without_the_token(tmp_path):
 def test_a_request_without_the_token_is_refused_before_its_body_is_read(tmp_path):
     server = http_attacks.start_server(tmp_path, RAYDOCK_API_TOKEN="s3cret")
     try:
-        took, answer = http_attacks.unauthenticated_post_answer(server, wait=5.0)
-        print(f"\nPOST without the token, body never sent: answered after {took:.2f} s")
-        assert answer.startswith(b"HTTP/1.1 401"), answer[:100]
-        assert took < 2.0
+        took, answer = http_attacks.unauthenticated_post_answer(server, wait=30.0)
+        print(f"\nPOST without the token, body never sent: answered after {took:.2f} s (bound in bench/abuse_http.py)")
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:100]  # an answer at all: the body never came
     finally:
         server.stop()
 
@@ -171,10 +170,11 @@ def test_bulk_cancel_returns_at_once_while_the_ray_dashboard_hangs(tmp_path):
             set_columns(service, job_id, status="RUNNING", attempt=1, ray_job_id=f"raysubmit_{i}")
         server = ServerProcess(tmp_path, hung, extra_env={"RAYDOCK_DATABASE_URL": url}).start()
         stack.callback(server.stop)
-        took, r = http_attacks.bulk_cancel_s(server.url, ids, timeout=15.0)
-        print(f"\nPOST /v1/jobs:cancel of 40 running jobs, dashboard hung: {took:.2f} s")
+        took, r = http_attacks.bulk_cancel_s(server.url, ids, timeout=60.0)
+        print(f"\nPOST /v1/jobs:cancel of 40 running jobs, dashboard hung: {took:.2f} s (bound in bench/abuse_http.py)")
+        # Answered before the client's 60 s: a cancel that waited on the hung dashboard
+        # (10 s a call) for 40 jobs would not be.
         assert r is not None and r.status_code == 200, r and r.text
-        assert took < 5.0
         assert sorted(r.json()["cancelled"]) == sorted(ids)
         with service.sessions() as s:
             statuses = set(s.scalars(select(JobRow.status).where(JobRow.id.in_(ids))))

@@ -151,9 +151,10 @@ def test_a_trial_records_the_seconds_from_its_start_to_its_first_report(store, t
     ingest.take("jp", [{"type": "trial", "seq": 0, "ts": started, "trial_id": "t1", "status": "RUNNING"}])
     report = {"type": "trial_metric", "seq": 0, "ts": time.time(), "trial_id": "t1", "metrics": {"loss": 1.0}}
     ingest.take("jp", [report, {**report, "seq": 1}])
+    taken = time.time()
     with store() as s:
         trial = s.query(TrialRow).one()
-    assert 2.0 <= trial.first_metric_s < 10.0
+    assert 2.0 <= trial.first_metric_s <= taken - started
     assert "first_metric" in stored(store).start_phases  # the search's own: its first trial report
 
 

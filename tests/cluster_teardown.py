@@ -1,0 +1,194 @@
+"""Every test leaves the session's Ray cluster as it found it, pass or fail.
+
+``cluster_left_as_found`` (autouse, per test) wraps each test that uses the session's Ray
+head (``ray_head``, ``server``, ``client`` or any fixture built on them). After the test,
+however it ended:
+
+1. every job that was not yet ended before it and is not ended now, on each raydock server
+   of this run that is still up on the session cluster (``ServerProcess.live``), is
+   cancelled through that server, and waited for until it has ended (its record says
+   CANCELLED, as a user's cancel leaves it);
+2. every Ray job that appeared on the cluster during the test and still runs (a server
+   the test stopped or pointed elsewhere, a job given to Ray directly) is stopped;
+3. the cluster must have as many CPUs free as when the test began, within a bounded wait.
+   If not, the test fails at its own teardown, by name, listing what still runs: a job
+   that outlives its test never fails the tests after it.
+
+``module_leaves_cluster_idle`` (autouse, per module) does the same once a module's own
+fixtures are torn down, and then asks for every CPU of the cluster free: a job a
+module-scoped fixture started and left is reported against that module.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from api.schemas import JobStatus
+from service.cluster.local_cluster import LocalHead
+from service.cluster.ray_backend import RayBackend
+from tests.servers import ServerProcess
+
+UNENDED = [s.value for s in JobStatus if not s.is_terminal()]
+CANCEL_WAIT_S = 120.0  # a cancelled job's driver stops, then the monitor's tick records it
+STOP_WAIT_S = 60.0  # Ray stops a job's driver (SIGTERM, then SIGKILL)
+CPU_WAIT_S = 90.0  # placement groups removed, then Ray's resource report catches up
+POLL_S = 0.5
+
+_head: LocalHead | None = None  # the session's head, once a test has used it
+_modules_on_cluster: set[str] = set()
+
+
+@dataclass
+class Snapshot:
+    """What ran on the cluster before: the jobs a teardown leaves alone."""
+
+    ray_jobs: set[str] = field(default_factory=set)
+    server_jobs: dict[str, set[str]] = field(default_factory=dict)  # a server's URL -> its unended job ids
+    cpus_free: float | None = None  # None: every CPU of the cluster
+
+
+_backends: dict[str, RayBackend] = {}
+
+
+def _backend(head: LocalHead) -> RayBackend:
+    if head.dashboard_url not in _backends:
+        _backends[head.dashboard_url] = RayBackend(head.dashboard_url, auth_token=head.auth_token())
+    return _backends[head.dashboard_url]
+
+
+def _servers_on(head: LocalHead) -> list[ServerProcess]:
+    return [s for s in list(ServerProcess.live) if s.ray_address == head.dashboard_url and s.proc.poll() is None]
+
+
+def _http(server: ServerProcess) -> httpx.Client:
+    token = server.token or server.extra_env.get("RAYDOCK_API_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=30)
+
+
+def _unended(http: httpx.Client) -> set[str]:
+    ids: set[str] = set()
+    for status in UNENDED:
+        cursor = None
+        while True:
+            params = {"status": status, "limit": 1000, **({"cursor": cursor} if cursor else {})}
+            page = http.get("/v1/jobs", params=params).raise_for_status().json()
+            ids.update(j["id"] for j in page["items"])
+            if not (cursor := page.get("next")):
+                break
+    return ids
+
+
+def snapshot(head: LocalHead, *, all_cpus: bool = False) -> Snapshot:
+    snap = Snapshot(ray_jobs={j.submission_id for j in _backend(head).list_jobs()})
+    for server in _servers_on(head):
+        with _http(server) as http:
+            snap.server_jobs[server.url] = _unended(http)
+    if not all_cpus:
+        snap.cpus_free = _backend(head).cluster_info().cpus_free
+    return snap
+
+
+def _cancel_through_servers(head: LocalHead, before: Snapshot) -> list[str]:
+    """Cancel what each server still runs that ``before`` did not; the jobs that have not
+    ended within the wait (their Ray jobs are stopped next)."""
+    pending: list[tuple[httpx.Client, str]] = []
+    clients = {server.url: _http(server) for server in _servers_on(head)}
+    try:
+        for url, http in clients.items():
+            try:
+                left = sorted(_unended(http) - before.server_jobs.get(url, set()))
+                if left:
+                    http.post("/v1/jobs:cancel", json={"ids": left}).raise_for_status()
+            except httpx.HTTPError:
+                left = []  # a server the test left unable to answer: its jobs are stopped in Ray below
+            pending.extend((http, job_id) for job_id in left)
+        pending = _while_any(pending, lambda left: [(h, j) for h, j in left if not _ended(h, j)], CANCEL_WAIT_S)
+        return [f"{http.base_url} job {j}" for http, j in pending]
+    finally:
+        for http in clients.values():
+            http.close()
+
+
+def _while_any(items: list, remaining, timeout: float) -> list:
+    """Poll ``remaining(items)`` until it is empty or ``timeout`` passes; what remains."""
+    deadline = time.monotonic() + timeout
+    while items and time.monotonic() < deadline:
+        items = remaining(items)
+        if items:
+            time.sleep(POLL_S)
+    return items
+
+
+def _ended(http: httpx.Client, job_id: str) -> bool:
+    try:
+        return JobStatus(http.get(f"/v1/jobs/{job_id}").raise_for_status().json()["status"]).is_terminal()
+    except httpx.HTTPError:
+        return True  # gone, or its server is: nothing more to wait for there
+
+
+def _stop_ray_jobs(head: LocalHead, before: Snapshot) -> list[str]:
+    """Stop every Ray job that appeared since ``before`` and still runs; those still
+    running after the wait."""
+    ray = _backend(head)
+    started = [j.submission_id for j in ray.list_jobs() if j.is_active and j.submission_id not in before.ray_jobs]
+    for submission_id in started:
+        ray.stop(submission_id)
+
+    def still_active(left: list[str]) -> list[str]:
+        active = {j.submission_id for j in ray.list_jobs() if j.is_active}
+        return [s for s in left if s in active]
+
+    return _while_any(started, still_active, STOP_WAIT_S)
+
+
+def restore(head: LocalHead, before: Snapshot, who: str) -> None:
+    """Cancel and stop what ``who`` left running, then fail naming it unless the CPUs
+    ``before`` found free are free again."""
+    unended = _cancel_through_servers(head, before)
+    running = _stop_ray_jobs(head, before)
+    ray = _backend(head)
+    deadline = time.monotonic() + CPU_WAIT_S
+    while True:
+        info = ray.cluster_info()
+        wanted = info.cpus_total if before.cpus_free is None else before.cpus_free
+        if info.cpus_free >= wanted:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    still = [j.submission_id for j in ray.list_jobs() if j.is_active]
+    pytest.fail(
+        f"{who} left {wanted - info.cpus_free:g} of the session cluster's {info.cpus_total:g} CPUs in use "
+        f"{CPU_WAIT_S:g} s after its jobs were cancelled; jobs not ended at their server: {unended or 'none'}; "
+        f"Ray jobs it started still running: {running or 'none'}; Ray jobs running now: {still or 'none'} "
+        "(with none running, what holds them outlived its job: a detached actor, a placement group)",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(autouse=True)
+def cluster_left_as_found(request):
+    global _head
+    if "ray_head" not in request.fixturenames:
+        yield
+        return
+    _head = head = request.getfixturevalue("ray_head")
+    _modules_on_cluster.add(request.node.module.__name__)
+    before = snapshot(head)
+    yield
+    restore(head, before, f"test {request.node.nodeid}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_leaves_cluster_idle(request):
+    # Before the module's own fixtures start anything: what ran already stays (with no head
+    # yet, nothing did).
+    before = snapshot(_head, all_cpus=True) if _head is not None else Snapshot()
+    yield
+    if _head is not None and request.module.__name__ in _modules_on_cluster:
+        restore(_head, before, f"module {request.module.__name__} (its module-scoped fixtures)")
