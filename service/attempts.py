@@ -24,7 +24,6 @@ a submit, failed while the cluster was unreachable, deleted).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -33,9 +32,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
+from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV, WARM_IDLE_ENV
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
-from api.schemas.events import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV
+from api.schemas.launch import LaunchFile
 from service import lifecycle, rank_plan, storage
 from service.code.packages import altered
 from service.code.user_code import check_user_code
@@ -145,7 +145,7 @@ class Attempts:
             token, digest = new_events_token()
             resources = rank_plan.entrypoint_resources(stored_spec(spec_json), self.settings, self.backend)
             launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
-            data = json.dumps(launch).encode()
+            data = launch.model_dump_json().encode()
             launch_sha256 = hashlib.sha256(data).hexdigest()
             storage.write_private(prefix, name, data)
             with self.sessions.begin() as s:
@@ -190,8 +190,8 @@ class Attempts:
             if hashlib.sha256(data).hexdigest() != sha256:
                 log.warning("the launch file %s was changed after the server wrote it", uri)
                 return None
-            return json.loads(data).get("local_ranks")
-        except (OSError, ValueError):
+            return LaunchFile.model_validate_json(data).local_ranks
+        except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
             return None
 
     def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
@@ -223,19 +223,21 @@ class Attempts:
                 lifecycle.fail(s, job, cause, error, reason=reason)
                 job.submission_id = None
 
-    def _launch(self, job_id: str, attempt: int, sid: str, spec: dict, token: str, resources: dict | None) -> dict:
-        return {
-            "job_id": job_id,
-            "attempt": attempt,
-            "submission_id": sid,  # every push names it: the token is good for this attempt only
-            "storage_path": self.settings.resolved_storage_path,
+    def _launch(
+        self, job_id: str, attempt: int, sid: str, spec: dict, token: str, resources: dict | None
+    ) -> LaunchFile:
+        return LaunchFile(
+            job_id=job_id,
+            attempt=attempt,
+            submission_id=sid,
+            storage_path=self.settings.resolved_storage_path,
             # Not its webhooks: the driver has no use for them, and a webhook URL may carry a token
             # that other jobs on the cluster must not read.
-            "spec": {k: v for k, v in spec.items() if k != "notify"},
-            "events_url": f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
-            "events_token": token,
-            "local_ranks": resources,  # the driver forks the workers when its Ray job holds these
-        }
+            spec={k: v for k, v in spec.items() if k != "notify"},
+            events_url=f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
+            events_token=token,
+            local_ranks=resources,
+        )
 
     def _env(self, kind: str, launch_uri: str) -> dict[str, str]:
         """The driver's environment: where its launch file is, and Ray settings. Nothing
@@ -246,7 +248,7 @@ class Attempts:
             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.worker_start_timeout_s),
             "RAY_DEDUP_LOGS": "0",
             "PYTHONUNBUFFERED": "1",
-            "RAYDOCK_WARM_IDLE_S": str(self.settings.warm_idle_s),  # read by a cold driver that starts the pool
+            WARM_IDLE_ENV: str(self.settings.warm_idle_s),  # read by a cold driver that starts the pool
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
         }
 

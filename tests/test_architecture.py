@@ -1,5 +1,6 @@
 """The layout is a test: imports flow one way, no module imports itself back, the
-contract stays light, Ray internals have one seam, and modules stay small.
+contract stays light, Ray internals have one seam, modules stay small, and the names the
+server and the cluster share are spelled only in ``api.cluster_contract``.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -12,6 +13,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from api import cluster_contract
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("api", "service", "trainers", "tuning")
@@ -77,12 +80,21 @@ PRIVATE_ROOMS = {"service.cli": ()}
 RAY_ROOM = "service.cluster"  # the only part of the server that imports ray
 MAX_LINES = 400
 LONG_MODULES_ALLOWED: dict[str, str] = {}  # module -> why it may be longer
+# The cluster contract's names (api.cluster_contract): the server and the code on the
+# cluster import them, and spell none as a string literal, so one side cannot rename what
+# the other reads. Its namespace, "raydock", is left out: the project's name is also its
+# loggers' and its folders'.
+CONTRACT_SIDES = ("service", "trainers", "tuning")
+CONTRACT_NAMES = frozenset(
+    {*cluster_contract.ENV_NAMES, cluster_contract.WARM_NAME_PREFIX, cluster_contract.WARM_FACTS_PREFIX}
+)
 
 
 @dataclass
 class Tree:
     imports: dict[str, set[str]] = field(default_factory=dict)  # module -> imported names
     lines: dict[str, int] = field(default_factory=dict)
+    literals: dict[str, set[str]] = field(default_factory=dict)  # module -> its string constants
 
 
 def read_tree(root: Path, packages=PACKAGES) -> Tree:
@@ -96,7 +108,11 @@ def read_tree(root: Path, packages=PACKAGES) -> Tree:
             module = ".".join(parts[:-1] if is_pkg else parts)
             source = path.read_text()
             tree.lines[module] = source.count("\n")
-            tree.imports[module] = _imports(ast.parse(source), module, is_pkg)
+            parsed = ast.parse(source)
+            tree.imports[module] = _imports(parsed, module, is_pkg)
+            tree.literals[module] = {
+                n.value for n in ast.walk(parsed) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            }
     return tree
 
 
@@ -235,6 +251,16 @@ def long_modules(tree: Tree) -> list[str]:
     ]
 
 
+def contract_literals(tree: Tree) -> list[str]:
+    """A contract name spelled as a string (an f-string's text parts too) on either side."""
+    return sorted(
+        f"{m} spells {name!r}: import it from api.cluster_contract"
+        for m, literals in tree.literals.items()
+        if m.split(".")[0] in CONTRACT_SIDES
+        for name in literals & CONTRACT_NAMES
+    )
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -260,6 +286,10 @@ def test_each_room_of_the_server_keeps_its_rule():
 
 def test_no_module_over_the_line_limit():
     assert long_modules(read_tree(ROOT)) == []
+
+
+def test_the_cluster_contract_is_spelled_in_one_place():
+    assert contract_literals(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -358,3 +388,22 @@ def test_planted_room_violations_are_found(tmp_path):
         "service.code.packages",
         "service.http.app",
     }
+
+
+def test_planted_contract_names_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "service/attempts.py": 'def env(uri):\n    return {"RAYDOCK_LAUNCH_URI": uri}\n',
+            "trainers/zygote/peer.py": 'def name(node):\n    return f"raydock-warm-{node}"\n',
+            "tuning/x.py": 'import os\nwarm = os.environ.get("RAYDOCK_WARM_START")\n',
+            # Imported, and named in prose: both fine.
+            "trainers/launch.py": '"""Reads ``RAYDOCK_LAUNCH_URI``."""\nfrom api.cluster_contract import LAUNCH_URI_ENV\n',
+            "api/cluster_contract.py": 'LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"\n',
+        },
+    )
+    assert contract_literals(tree) == [
+        "service.attempts spells 'RAYDOCK_LAUNCH_URI': import it from api.cluster_contract",
+        "trainers.zygote.peer spells 'raydock-warm-': import it from api.cluster_contract",
+        "tuning.x spells 'RAYDOCK_WARM_START': import it from api.cluster_contract",
+    ]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 
+from api.cluster_contract import LAUNCH_URI_ENV
 from api.schemas import MetricEvent, parse_event
 from api.schemas.events import SUBMISSION_HEADER
 from trainers.events import sendable_metrics
@@ -109,8 +110,9 @@ def test_the_controller_pushes_with_the_channel_the_driver_handed_it(tmp_path):
     launch = tmp_path / "_raydock" / "launch-1.json"
     launch.parent.mkdir()
     url = f"http://127.0.0.1:{server.server_port}/events"
-    launch.write_text(json.dumps({"job_id": "j1", "events_url": url, "events_token": "tok", "submission_id": "sid-1"}))
-    env = {**os.environ, "RAYDOCK_LAUNCH_URI": str(launch)}
+    written = {"job_id": "j1", "attempt": 1, "storage_path": str(tmp_path), "spec": {}}
+    launch.write_text(json.dumps({**written, "events_url": url, "events_token": "tok", "submission_id": "sid-1"}))
+    env = {**os.environ, LAUNCH_URI_ENV: str(launch)}
     callbacks = tmp_path / "callbacks.pickle"
     try:
         for code in (DRIVER, CONTROLLER):

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.schemas.events import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
+from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
 from service.attempts import Attempts
 from service.db.models import JobRow, utcnow
 from service.events.tokens import token_hash
@@ -142,7 +142,13 @@ def test_deleting_a_job_never_follows_a_link_out_of_its_prefix(target, tmp_path,
 
 
 def test_a_driver_refuses_a_launch_file_rewritten_after_the_server_wrote_it(tmp_path, monkeypatch):
-    launch = {"job_id": "j1", "attempt": 1, "submission_id": "raydock-j1-1-abc", "spec": {"kind": "train"}}
+    launch = {
+        "job_id": "j1",
+        "attempt": 1,
+        "submission_id": "raydock-j1-1-abc",
+        "storage_path": str(tmp_path),
+        "spec": {"kind": "train"},
+    }
     data = json.dumps(launch).encode()
     path = tmp_path / "launch-1.json"
     monkeypatch.setenv(LAUNCH_URI_ENV, str(path))

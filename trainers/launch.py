@@ -1,7 +1,7 @@
 """What the server hands a job's driver on the cluster: the job's id, its storage
 prefix, its spec and the events channel back to the server (with this attempt's token).
 
-The server writes them to a launch file under the job's own storage prefix (mode 0600)
+The server writes them to a launch file (``api.schemas.launch.LaunchFile``) under the job's own storage prefix (mode 0600)
 and gives the job only its URI, ``RAYDOCK_LAUNCH_URI``: the environment is size-limited
 (a big spec would break the driver's start) and Ray's job list shows every job's
 ``runtime_env`` env_vars to every other job, so no token may travel there.
@@ -28,13 +28,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from api.schemas.events import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
-
-JOB_ID_ENV = "RAYDOCK_JOB_ID"
-SPEC_ENV = "RAYDOCK_JOB_SPEC"
-STORAGE_PATH_ENV = "RAYDOCK_STORAGE_PATH"
-EVENTS_URL_ENV = "RAYDOCK_EVENTS_URL"
-EVENTS_TOKEN_ENV = "RAYDOCK_EVENTS_TOKEN"
+from api.cluster_contract import (
+    EVENTS_TOKEN_ENV,
+    EVENTS_URL_ENV,
+    JOB_ID_ENV,
+    LAUNCH_SHA256_ENV,
+    LAUNCH_URI_ENV,
+    SPEC_ENV,
+    STORAGE_PATH_ENV,
+)
+from api.schemas.launch import LaunchFile
 
 
 @dataclass(frozen=True)
@@ -105,16 +108,16 @@ def _read_uri(uri: str) -> bytes:
 def read_launch() -> Launch:
     """The launch of the job this process belongs to."""
     if uri := os.environ.get(LAUNCH_URI_ENV):
-        data = json.loads(_checked(uri, _read_uri(uri)))
+        data = LaunchFile.model_validate_json(_checked(uri, _read_uri(uri)))
         return Launch(
-            job_id=data.get("job_id"),
-            storage_path=data.get("storage_path"),
-            spec=data.get("spec"),
-            events_url=data.get("events_url") or None,
-            events_token=data.get("events_token") or None,
-            attempt=data.get("attempt"),
-            submission_id=data.get("submission_id") or None,
-            local_ranks=data.get("local_ranks") or None,
+            job_id=data.job_id,
+            storage_path=data.storage_path,
+            spec=data.spec,
+            events_url=data.events_url or None,
+            events_token=data.events_token or None,
+            attempt=data.attempt,
+            submission_id=data.submission_id,
+            local_ranks=data.local_ranks or None,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from api.schemas.events import PREEMPT_URI_ENV
+from api.cluster_contract import PREEMPT_URI_ENV
 
 CHECK_EVERY_S = 1.0  # how often the workers agree whether a preemption was asked
 

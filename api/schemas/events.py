@@ -25,16 +25,11 @@ from pydantic import (
     TypeAdapter,
 )
 
+# The driver's environment names have their home in api.cluster_contract; kept importable here.
+from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV  # noqa: F401
 from api.schemas.common import bounded_json
 
 MARKER = "RAYDOCK_EVENT "
-# The one variable the server sets for a job: the URI of its launch file (trainers/launch.py).
-LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
-# The sha256 of that file's bytes as the server wrote them: jobs can write the storage, so
-# the driver refuses a launch file whose bytes differ.
-LAUNCH_SHA256_ENV = "RAYDOCK_LAUNCH_SHA256"
-# Where a training attempt finds its preemption marker (service/preemption.py, trainers/preemption.py).
-PREEMPT_URI_ENV = "RAYDOCK_PREEMPT_URI"
 
 # The header of every events post naming the Ray submission id of the attempt that sends it.
 SUBMISSION_HEADER = "Raydock-Submission-Id"

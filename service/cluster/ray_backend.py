@@ -23,15 +23,15 @@ from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
+from api.cluster_contract import DRIVER_MODULES, WARM_CLIENT_MODULE, WORKER_SETUP_HOOK
 from api.errors import ClusterUnavailable
 from api.schemas import ClusterInfo, NodeInfo, WarmProcessPublic
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
 from service.cluster.warm_pool import WarmPool
 
-COLD_ENTRYPOINTS = {"train": "python -m trainers.driver", "tune": "python -m tuning.search_driver"}
+COLD_ENTRYPOINTS = {kind: f"python -m {module}" for kind, module in DRIVER_MODULES.items()}
 # The client forks the driver from the node's warm process, or execs the cold entrypoint (trainers/zygote/).
-WARM_ENTRYPOINTS = {kind: f"python -m trainers.zygote.client {kind}" for kind in COLD_ENTRYPOINTS}
-WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
+WARM_ENTRYPOINTS = {kind: f"python -m {WARM_CLIENT_MODULE} {kind}" for kind in DRIVER_MODULES}
 CALL_TIMEOUT_S = 10.0
 UPLOAD_TIMEOUT_S = 120.0  # a working_dir upload (runs off the monitor's tick)
 UNREACHABLE_STATUS = ("status code 502", "status code 503", "status code 504")

@@ -9,8 +9,8 @@ node by its exact name (at most ``MAX_NODES``), and of each log at most ``MAX_LO
 read, of which only the last ``TAIL_BYTES`` are kept. ``WarmPool.refresh`` runs in the
 monitor every ``REFRESH_S``; requests read the snapshot it left.
 
-The names here are the ones trainers/zygote/supervisor.py uses; the server and the code
-on the cluster share no module.
+The names and the facts are the contract trainers/zygote/supervisor.py writes
+(``api.cluster_contract``, ``api.schemas.launch.WarmPoolFacts``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from typing import Callable
 import httpx
 from pydantic import ValidationError
 
+from api.cluster_contract import WARM_FACTS_PREFIX, WARM_NAMESPACE, warm_actor_name
 from api.schemas import WarmProcessPublic
+from api.schemas.launch import WarmPoolFacts
 
-NAMESPACE = "raydock"
-NAME_PREFIX = "raydock-warm-"
-FACTS_PREFIX = "RAYDOCK_WARM_POOL "
 MAX_NODES = 1000
 FACTS_LINES = 20  # the supervisor prints its facts on each change; the warm process logs a few lines of its own
 MAX_LOG_BYTES = 64 * 1024  # read of one actor's log tail, at most; a facts line is ~300 bytes
@@ -83,19 +82,20 @@ def read_warm_pool(http: httpx.Client, count: Callable[[int], None] = lambda _: 
         actor = _supervisor(http, node_id) if node_id else None
         if actor is None:
             continue
-        facts = _last_facts(http, str(actor.get("actor_id")), count)
+        raw = _last_facts(http, str(actor.get("actor_id")), count)
         try:
+            facts = WarmPoolFacts.model_validate(raw or {"node_id": node_id})  # none printed yet: starting
             pool.append(
                 WarmProcessPublic(
                     node_id=node_id,
-                    ready=bool(facts.get("ready")),
-                    pid=facts.get("pid"),
-                    started_at=facts.get("started") or 0.0,
-                    restarts=facts.get("restarts") or 0,
-                    jobs_served=facts.get("jobs_served") or 0,
-                    running=facts.get("running") or 0,
-                    idle_since=facts.get("idle_since"),
-                    idle_timeout_s=facts.get("idle_timeout_s") or 0.0,
+                    ready=facts.ready,
+                    pid=facts.pid,
+                    started_at=facts.started,
+                    restarts=facts.restarts,
+                    jobs_served=facts.jobs_served,
+                    running=facts.running,
+                    idle_since=facts.idle_since,
+                    idle_timeout_s=facts.idle_timeout_s,
                 )
             )
         except ValidationError as exc:
@@ -115,21 +115,22 @@ def _result(http: httpx.Client, path: str, params: list[tuple[str, str]]) -> lis
 
 def _supervisor(http: httpx.Client, node_id: str) -> dict | None:
     """The live actor named ``raydock-warm-<node_id>`` in namespace raydock, if any."""
-    params = [("limit", "1"), *_where("name", NAME_PREFIX + node_id), *_where("ray_namespace", NAMESPACE)]
+    name = warm_actor_name(node_id)
+    params = [("limit", "1"), *_where("name", name), *_where("ray_namespace", WARM_NAMESPACE)]
     try:
         actors = _result(http, "/api/v0/actors", [*params, *_where("state", "ALIVE")])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         log.warning("could not look up the warm pool actor of node %s: %s", node_id, exc)
         return None
-    return actors[0] if actors and actors[0].get("name") == NAME_PREFIX + node_id else None
+    return actors[0] if actors and actors[0].get("name") == name else None
 
 
 def _last_facts(http: httpx.Client, actor_id: str, count: Callable[[int], None]) -> dict:
     tail = _log_tail(http, actor_id, count)
     for line in reversed(tail.splitlines()):
-        if line.startswith(FACTS_PREFIX.encode()):
+        if line.startswith(WARM_FACTS_PREFIX.encode()):
             try:
-                facts = json.loads(line[len(FACTS_PREFIX) :])
+                facts = json.loads(line[len(WARM_FACTS_PREFIX) :])
             except ValueError:
                 continue
             return facts if isinstance(facts, dict) else {}

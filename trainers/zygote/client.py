@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 
+from api.cluster_contract import WARM_START_ENV
 from trainers.own_imports import ROOT
 from trainers.zygote import peer
 from trainers.zygote.protocol import (
@@ -36,7 +37,7 @@ from trainers.zygote.protocol import (
 
 CONNECT_TIMEOUT_S = 2.0
 ACCEPT_TIMEOUT_S = 30.0  # the warm process answers at once; a hung one must not hold the job
-WARM_ENV = "RAYDOCK_WARM_START"  # "0"/"false" in a job's environment: always cold
+WARM_ENV = WARM_START_ENV  # "0"/"false" in a job's environment: always cold
 
 
 def cold(module: str, args: list[str]) -> None:

@@ -23,8 +23,8 @@ import os
 import socket
 import struct
 
-NAMESPACE = "raydock"
-NAME_PREFIX = "raydock-warm-"
+from api.cluster_contract import WARM_NAME_PREFIX, WARM_NAMESPACE, warm_actor_name
+
 GCS_TIMEOUT_S = 5
 _LISTENING = 0x00010000  # __SO_ACCEPTCON in /proc/net/unix's flags
 _CRED = struct.Struct("3i")
@@ -79,7 +79,7 @@ def supervisor_pids(gcs_address: str) -> set[int]:
     return {
         a.pid
         for a in actors.values()
-        if a.ray_namespace == NAMESPACE and a.name == NAME_PREFIX + a.node_id.hex() and a.pid
+        if a.ray_namespace == WARM_NAMESPACE and a.name == warm_actor_name(a.node_id.hex()) and a.pid
     }
 
 
@@ -96,7 +96,7 @@ def distrust(sock: socket.socket, path: str, supervisors: set[int]) -> str | Non
     except (OSError, ValueError, IndexError):
         return f"process {pid} or its parent is gone"
     if parent not in supervisors or started < parent_started:
-        return f"process {pid} is not the child of this node's {NAME_PREFIX}<node id> actor"
+        return f"process {pid} is not the child of this node's {WARM_NAME_PREFIX}<node id> actor"
     return None
 
 

@@ -22,13 +22,15 @@ import socket
 import struct
 from pathlib import Path
 
-DRIVERS = {"train": "trainers.driver", "tune": "tuning.search_driver"}
+from api.cluster_contract import DRIVER_MODULES, WARM_IDLE_ENV, WARM_SOCKET_ENV
+
+DRIVERS = DRIVER_MODULES
 SOCKET_DIR = "raydock"
 SOCKET_NAME = "zygote.sock"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024  # the environment holds the job's runtime_env as JSON
 MAX_FDS = 3
-START_ENV = "RAYDOCK_WARM_POOL_SOCKET"  # set by the client for the cold driver it execs: start the pool
-IDLE_ENV = "RAYDOCK_WARM_IDLE_S"  # how long a node's pool waits for a job before it exits
+START_ENV = WARM_SOCKET_ENV  # set by the client for the cold driver it execs: start the pool
+IDLE_ENV = WARM_IDLE_ENV  # how long a node's pool waits for a job before it exits
 CODE_PACKAGES = ("api", "trainers", "tuning")
 _LEN = struct.Struct("!I")
 

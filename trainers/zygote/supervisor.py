@@ -26,13 +26,14 @@ import threading
 import time
 
 import ray
+from pydantic import ValidationError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trainers.zygote.peer import NAME_PREFIX, NAMESPACE
+from api.cluster_contract import WARM_FACTS_PREFIX, WARM_NAMESPACE, warm_actor_name
+from api.schemas.launch import WarmPoolFacts
 from trainers.zygote.pool import IDLE_ENV, idle_s
 from trainers.zygote.server import ALREADY_SERVED, PATH_TAKEN
 
-FACTS_PREFIX = "RAYDOCK_WARM_POOL "
 POLL_S = 0.5
 MAX_RESTARTS_PER_MINUTE = 5
 
@@ -93,20 +94,22 @@ class Supervisor:
             return {}
 
     def _publish(self, stats: dict) -> None:
-        facts = {
-            "node_id": self.node_id,
-            "pid": stats.get("pid"),
-            "ready": bool(stats),
-            "started": self.started,
-            "restarts": self.starts - 1,
-            "jobs_served": stats.get("jobs_served", 0),
-            "running": stats.get("running", 0),
-            "idle_since": stats.get("idle_since"),
-            "idle_timeout_s": self.idle_timeout_s,
-        }
+        base = {"node_id": self.node_id, "started": self.started, "restarts": self.starts - 1}
+        try:
+            facts = WarmPoolFacts(
+                **base,
+                pid=stats.get("pid"),
+                ready=bool(stats),
+                jobs_served=stats.get("jobs_served", 0),
+                running=stats.get("running", 0),
+                idle_since=stats.get("idle_since"),
+                idle_timeout_s=self.idle_timeout_s,
+            ).model_dump()
+        except ValidationError:  # the stats file sits where jobs can write: not ready, rather than facts it made up
+            facts = WarmPoolFacts(**base, idle_timeout_s=self.idle_timeout_s).model_dump()
         if facts != self.facts:
             self.facts = facts
-            print(FACTS_PREFIX + json.dumps(facts), flush=True)
+            print(WARM_FACTS_PREFIX + json.dumps(facts), flush=True)
 
     def _leave(self, why: str) -> None:
         print(f"warm pool of node {self.node_id} exits: {why}", flush=True)
@@ -124,8 +127,8 @@ def start(socket_path: str) -> dict:
     actor = (
         ray.remote(Supervisor)
         .options(
-            name=NAME_PREFIX + node_id,
-            namespace=NAMESPACE,
+            name=warm_actor_name(node_id),
+            namespace=WARM_NAMESPACE,
             lifetime="detached",
             get_if_exists=True,
             num_cpus=0,
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="start this node's warm pool")
     parser.add_argument("--socket", required=True)
     args = parser.parse_args(argv)
-    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), namespace=NAMESPACE, log_to_driver=False)
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), namespace=WARM_NAMESPACE, log_to_driver=False)
     print(json.dumps(start(args.socket)), flush=True)
     return 0
 
