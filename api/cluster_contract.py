@@ -18,7 +18,7 @@ LAUNCH_URI_ENV = "RAYDOCK_LAUNCH_URI"
 # The sha256 of that file's bytes as the server wrote them: jobs can write the storage, so
 # the driver refuses a launch file whose bytes differ.
 LAUNCH_SHA256_ENV = "RAYDOCK_LAUNCH_SHA256"
-# Where a training attempt finds its preemption marker (service/preemption.py, trainers/preemption.py).
+# Where a training attempt finds its preemption marker (service/scheduling/preemption.py, trainers/preemption.py).
 PREEMPT_URI_ENV = "RAYDOCK_PREEMPT_URI"
 # How long a node's warm pool waits for a job before it exits; read by the cold driver
 # that starts the pool, and by the pool itself.

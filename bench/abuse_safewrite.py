@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.abuse_safewrite
 
-No Ray and no server process: the server's own storage calls (``service/storage.py``, on
+No Ray and no server process: the server's own storage calls (``service/files/storage.py``, on
 ``service/files/nofollow.py``) on a real filesystem, with what a job could plant in its
 prefix (tests/write_attacks.py). Prints one row per figure, ``what | figure | bound | ok/FAIL``:
 
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from service import storage
+from service.files import storage
 from tests.write_attacks import DB_BYTES, PLANTS, deep_chain, plant, tree
 
 # What the server writes, as (the job prefix below the storage path, or "" for the storage

@@ -27,10 +27,11 @@ import httpx
 
 from api.schemas import QuotaSpec
 from bench.figures import row, run_attacks
-from service import queue, storage
 from service.attempts import Attempts
 from service.db.models import utcnow
-from service.tenancy import fair_share, quotas
+from service.files import storage
+from service.scheduling import fair_share, queue
+from service.tenancy import quotas
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, job_service, set_columns
 from tests.sched_attacks import PLACEMENT_GROUP_NAMES, WIDE, admit, cluster, submit

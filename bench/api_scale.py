@@ -48,7 +48,6 @@ import httpx
 from sqlalchemy import event, insert, select
 
 from api.schemas import parse_job_spec
-from service import queue
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
@@ -56,6 +55,7 @@ from service.db.listing import encode_cursor
 from service.db.models import JobLabelRow, JobRow, utcnow
 from service.jobs import JobService
 from service.monitor import Monitor
+from service.scheduling import queue
 from service.settings import Settings
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess

@@ -1,6 +1,6 @@
 """A simulated day of submissions from three projects with different guarantees, admitted
-by raydock's admission logic (``service.admission.plan`` over ``fair_order``, the
-project loads, quotas and preemption choice of ``service.tenancy.fair_share``) against a
+by raydock's admission logic (``service.scheduling.admission.plan`` over ``fair_order``, the
+project loads, quotas and preemption choice of ``service.scheduling.fair_share``) against a
 fake 16-CPU cluster on a simulated clock, side by side with plain FIFO (the same ``plan``
 over one queue in arrival order). No Ray, no server: a job "finishes" after its duration;
 a preempted job checkpoints, loses a minute to its restart and goes back to the queue.
@@ -18,8 +18,8 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from service import admission
-from service.tenancy.fair_share import ProjectLoad, Quota, Running, decay, victims
+from service.scheduling import admission
+from service.scheduling.fair_share import ProjectLoad, Quota, Running, decay, victims
 
 CAPACITY = 16.0
 DAY_S = 86_400

@@ -36,17 +36,19 @@ from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
 from api.schemas.launch import LaunchFile
-from service import lifecycle, rank_plan, storage
+from service import lifecycle
 from service.code.packages import altered
 from service.code.user_code import check_user_code
-from service.db import phases
 from service.db.models import JobRow
-from service.db.specs import stored_spec
-from service.elastic_grant import launched_spec
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
+from service.files import storage
 from service.jobs import JobService
-from service.preemption import marker_uri
+from service.scheduling import rank_plan
+from service.scheduling.elastic_grant import launched_spec
+from service.scheduling.preemption import marker_uri
+from service.stored import phases
+from service.stored.specs import stored_spec
 
 log = logging.getLogger("raydock.attempts")
 
@@ -77,7 +79,7 @@ class Prepared:
     launch_uri: str
     runtime_env: dict
     previous: str | None  # the Ray job of the attempt before, stopped before this one starts
-    # What the driver holds for the workers it runs as local ranks (service.rank_plan); None: worker actors.
+    # What the driver holds for the workers it runs as local ranks (service.scheduling.rank_plan); None: worker actors.
     resources: dict[str, float] | None = None
 
 

@@ -10,13 +10,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import NotFound, job_not_found
 from api.schemas import CheckpointPublic, JobList, JobPublic, JobStatus, MetricPoint
-from service import storage
 from service.db import job_records, listing
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow
 from service.events import logs, series
-from service.files import archive
+from service.files import archive, storage
 from service.settings import Settings
 
 

@@ -28,11 +28,11 @@ from api.schemas import (
 )
 from api.schemas.events import SUBMISSION_HEADER
 from api.schemas.tenancy import DEFAULT_PROJECT
-from service import admission, lifecycle, node_fit, queue, storage
+from service import lifecycle
 from service.cluster.ray_backend import RayBackend
 from service.code import user_code
 from service.code.packages import CodeStore
-from service.db import job_records, phases, purge
+from service.db import job_records, purge
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
@@ -42,8 +42,11 @@ from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
 from service.events.tokens import token_matches
+from service.files import storage
 from service.job_reads import JobReads
+from service.scheduling import admission, node_fit, queue
 from service.settings import Settings
+from service.stored import phases
 from service.telemetry import instruments
 from service.tenancy import quotas
 from service.tracking import enrol as tracking

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from api.schemas import FailureCause, JobStatus
-from service.db import phases
 from service.db.models import JobRow, TransitionRow, utcnow
 from service.eventlog.log import SYSTEM, record
+from service.stored import phases
 from service.telemetry import transitions as telemetry
 from service.tenancy import usage
 

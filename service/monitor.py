@@ -1,5 +1,5 @@
 """The monitor: the server's one background loop. Each tick follows the active jobs
-(status and logs), has the queue keeper (service/queue_keeper.py) apply admission's plan
+(status and logs), has the queue keeper (service/scheduling/queue_keeper.py) apply admission's plan
 and starts what it admits, and now and then reconciles Ray's jobs with ours.
 
 Everything it knows is re-read from the database and from Ray on every tick, so a
@@ -30,8 +30,8 @@ from service.db.models import JobRow, aware, store_id, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
 from service.jobs import JobService
-from service.preemption import Preemptions
-from service.queue_keeper import QueueKeeper
+from service.scheduling.preemption import Preemptions
+from service.scheduling.queue_keeper import QueueKeeper
 from service.telemetry import instruments
 from service.tenancy import usage
 

@@ -29,12 +29,12 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import ClusterUnavailable
 from api.schemas import JobStatus
-from service import storage
 from service.cluster.ray_backend import RayBackend
 from service.db import purge
 from service.db.models import JobRow, aware, store_id, utcnow
 from service.eventlog import log as eventlog
 from service.eventlog.log import record
+from service.files import storage
 from service.settings import Settings
 
 log = logging.getLogger("raydock.retention")

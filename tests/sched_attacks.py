@@ -7,8 +7,8 @@ No Ray: the cluster is given as Ray would report it."""
 from __future__ import annotations
 
 from api.schemas import ClusterInfo, NodeInfo, QuotaSpec, parse_job_spec
-from service import admission, queue
 from service.jobs import JobService
+from service.scheduling import admission, queue
 from service.tenancy import quotas
 from tests.conftest import digits_spec
 

@@ -49,24 +49,41 @@ SERVICE_ROOMS: dict[str, set[str]] = {
         "service.db",
         "service.cluster",
         "service.lifecycle",
-        "service.storage",
+        "service.files",
+        "service.stored",
         "service.settings",
         "service.telemetry.instruments",  # counts events taken in and dropped
         "service.eventlog",  # a job's checkpoints, restarts and resizes are logged with what stores them
     },
-    "service.code": {"service.db", "service.storage", "service.settings", "service.eventlog"},  # code_uploaded
-    "service.files": {"service.storage"},
+    "service.code": {"service.db", "service.files", "service.settings", "service.eventlog"},  # code_uploaded
+    # Job files on disk: the storage path's layout and the link-safe reads and writes under it.
+    "service.files": set(),
+    # What the store keeps in JSON columns, read back as typed values: pure, over api/ only.
+    "service.stored": set(),
+    # Who runs next and where: admission, the queue, fair share, preemption, rank plans. It
+    # reads the store, quotas and job files and moves a job only through the lifecycle; it
+    # never imports the HTTP side nor the module that talks to Ray (the keeper asks the
+    # cluster's capacity through a protocol).
+    "service.scheduling": {
+        "service.db",
+        "service.stored",
+        "service.files",
+        "service.tenancy",
+        "service.lifecycle",
+        "service.eventlog",  # a preemption is logged
+        "service.settings",
+    },
     "service.eventlog": {"service.db", "service.settings"},
     "service.tenancy": {
         "service.db",
         "service.settings",
         "service.eventlog",
+        "service.scheduling.fair_share",  # quotas and usage are counted in fair share's terms
     },  # user, token and project changes are audited
     # Counters are a leaf (instruments imports nothing of ours); the scrape-time gauges read the store.
     "service.telemetry": {"service.db"},
     "service.tracking": {
         "service.db",
-        "service.storage",
         "service.files",
         "service.settings",
         "service.telemetry.instruments",
@@ -407,3 +424,37 @@ def test_planted_contract_names_are_found(tmp_path):
         "trainers.zygote.peer spells 'raydock-warm-': import it from api.cluster_contract",
         "tuning.x spells 'RAYDOCK_WARM_START': import it from api.cluster_contract",
     ]
+
+
+def test_planted_violations_of_the_scheduling_files_and_stored_rooms_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            # Scheduling reaches for the HTTP side, the Ray module and the job core.
+            "service/scheduling/admission.py": "from service.http.deps import readable_job\n",
+            "service/scheduling/queue_keeper.py": "from service.cluster.ray_backend import RayBackend\n",
+            "service/scheduling/preemption.py": "def f():\n    from service.jobs import JobService\n",
+            # Allowed: the store, stored shapes, job files, quotas, the lifecycle, itself.
+            "service/scheduling/queue.py": (
+                "from service.db.models import JobRow\nfrom service.stored.specs import stored_spec\n"
+                "from service.files import storage\nfrom service.tenancy import quotas\n"
+                "from service import lifecycle\nfrom service.scheduling import admission\n"
+            ),
+            # Job files and stored shapes import nothing else of service.
+            "service/files/storage.py": "from service.settings import Settings\n",
+            "service/files/localfs.py": "from service.files import nofollow\n",
+            "service/stored/phases.py": "from service.db.models import JobRow\n",
+            "service/stored/specs.py": "from api.schemas import JobSpec\n",
+            # Tenancy takes fair share's terms, and nothing else of scheduling.
+            "service/tenancy/quotas.py": "from service.scheduling.fair_share import Quota\n",
+            "service/tenancy/usage.py": "from service.scheduling.queue import Marks\n",
+        },
+    )
+    assert {v.split(" imports ")[0] for v in room_violations(tree)} == {
+        "service.scheduling.admission",
+        "service.scheduling.queue_keeper",
+        "service.scheduling.preemption",
+        "service.files.storage",
+        "service.stored.phases",
+        "service.tenancy.usage",
+    }

@@ -15,11 +15,12 @@ from alembic.config import Config
 from sqlalchemy import text
 
 from api.schemas import QuotaSpec
-from service import queue, storage
 from service.attempts import Attempts
 from service.db.engine import make_engine
 from service.db.models import JobRow, utcnow
-from service.tenancy import fair_share, quotas
+from service.files import storage
+from service.scheduling import fair_share, queue
+from service.tenancy import quotas
 from tests.conftest import CLUSTER_CPUS, digits_spec
 from tests.jobstore import job_service, set_columns
 from tests.sched_attacks import ACTIVE, WIDE, admit, cluster, submit

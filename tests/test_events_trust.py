@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import func, select
 
 from api.schemas.events import SUBMISSION_HEADER
-from service import storage
 from service.db.event_models import CheckpointRow, MetricRow
+from service.files import storage
 from tests import attacks
 from tests.jobstore import set_columns
 from trainers import launch as launch_mod

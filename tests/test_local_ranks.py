@@ -18,8 +18,8 @@ from api.client import Client
 from api.local_ranks import cold_reason
 from api.schemas import ClusterInfo, NodeInfo, TrainSpec
 from service.cluster.ray_backend import entrypoint_resources
-from service.node_fit import one_node_holds
-from service.rank_plan import entrypoint_resources as planned
+from service.scheduling.node_fit import one_node_holds
+from service.scheduling.rank_plan import entrypoint_resources as planned
 from service.settings import Settings
 from tests.conftest import digits_spec, user_spec
 from tests.waiting import wait_for

@@ -12,12 +12,13 @@ from sqlalchemy import select
 
 from api.errors import QuotaExceeded
 from api.schemas import JobStatus, QuotaSpec, parse_job_spec
-from service import admission, lifecycle, queue
+from service import lifecycle
 from service.db.models import JobRow, aware, utcnow
 from service.db.tenancy_models import JobUsageRow, ProjectUsageRow
+from service.scheduling import admission, queue
+from service.scheduling.fair_share import ProjectLoad, Quota, Running, decay, victims
 from service.settings import Settings
 from service.tenancy import quotas, usage
-from service.tenancy.fair_share import ProjectLoad, Quota, Running, decay, victims
 from tests.jobstore import job_service, set_columns, submit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

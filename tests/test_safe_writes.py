@@ -22,8 +22,8 @@ from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
 from service.attempts import Attempts
 from service.db.models import JobRow, utcnow
 from service.events.tokens import token_hash
-from service.preemption import Preemptions
 from service.retention import Policy, Retention
+from service.scheduling.preemption import Preemptions
 from tests import attacks, code_attacks, write_attacks
 from tests.jobstore import set_columns, submit
 from tests.write_attacks import DB_BYTES, PLANTS, job_prefix, plant, tree, written_whole

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import create_engine, insert, update
 from sqlalchemy.pool import StaticPool
 
-from service import storage
 from service.db.engine import make_sessionmaker
 from service.db.event_models import CheckpointRow, MetricRow, SearchResultRow, TrialMetricRow, TrialRow
 from service.db.models import Base, JobRow, utcnow
 from service.db.tracking_models import TrackingExportRow
+from service.files import storage
 from service.settings import Settings
 from service.tracking.exporter import Exporter
 from service.tracking.names import trial_folder

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from api.client import Client
 from api.schemas import TuneSpec
-from service import admission
+from service.scheduling import admission
 from tests.conftest import user_spec
 from tests.test_tune import search
 

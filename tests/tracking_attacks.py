@@ -12,13 +12,13 @@ import httpx
 from sqlalchemy import func, select
 
 from api.schemas import parse_job_spec
-from service import storage
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import TrialMetricRow
 from service.db.models import JobRow
 from service.db.tracking_models import TrackingExportRow
 from service.events.tokens import token_hash
+from service.files import storage
 from service.jobs import JobService
 from service.settings import Settings
 from service.tracking.names import trial_folder

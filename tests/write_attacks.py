@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from service import storage
+from service.files import storage
 
 # What stands at the server's name: its job prefix, its folder, or the file itself a link
 # out; the file a hard link to the outside file; the file a directory holding such a link.

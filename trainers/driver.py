@@ -4,7 +4,7 @@ The server submits this module through the Ray Jobs API (``trainers.launch`` rea
 what it hands over). It builds the job's ``TorchTrainer`` (``trainers.trainer``) with
 the callbacks that send every report to the server as an event (``trainers.callbacks``),
 and on failure says why (``trainers.failures``). A job whose Ray job holds all its
-workers' resources (the server's decision, ``service.rank_plan``) runs them as ranks
+workers' resources (the server's decision, ``service.scheduling.rank_plan``) runs them as ranks
 forked from this process instead (``trainers.ranks``). Because it runs on the cluster, a job
 outlives the API process. A search (``kind: tune``) has its own driver,
 ``python -m tuning.search_driver``.

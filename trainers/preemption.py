@@ -3,7 +3,7 @@ room back, so the loop writes a checkpoint now rather than at its next epoch end
 
 Two signals, checked together at the same steps on every worker (``Watch.check``):
 raydock's marker file (``RAYDOCK_PREEMPT_URI``, written by the server when it preempts a
-borrowed job: service/preemption.py) and Ray Train's own, ``ray.train.get_preemption_info()``
+borrowed job: service/scheduling/preemption.py) and Ray Train's own, ``ray.train.get_preemption_info()``
 (a node of the run is being drained, e.g. a spot reclaim). Either one makes the loop
 checkpoint once; it then trains on until the server stops it (or it finishes first).
 """

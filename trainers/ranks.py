@@ -1,6 +1,6 @@
 """The single-node rank runner: a job's workers as processes forked from its driver.
 
-A job the server found fit (``api.local_ranks``, ``service.rank_plan``: fixed size, no
+A job the server found fit (``api.local_ranks``, ``service.scheduling.rank_plan``: fixed size, no
 Ray Data, a torch.distributed strategy, every worker on one node) has its driver hold
 all the workers' resources as its Ray job's entrypoint resources, and runs them itself:
 it forks N ranks (``trainers.rank_worker``) once it has imported torch, Ray Train and the

@@ -18,7 +18,7 @@ from api.errors import RaydockError
 from api.schemas import BestTrialPublic, CheckpointPublic, TrialPublic
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, client_for, console, fail
 from service.cli.format import cut, num, values, when, widest
-from service.db.specs import stored_search
+from service.stored.specs import stored_search
 
 WIDE = 120  # from this width on, tables add the columns an 80-column terminal has no room for
 TRIAL_STYLE = {"RUNNING": "cyan", "TERMINATED": "green", "ERROR": "red", "CANCELLED": "yellow"}

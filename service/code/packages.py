@@ -48,12 +48,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.code_package import module_in_package, reserved_names
 from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
-from service import storage
 from service.code import quota
 from service.code.package_zip import check_zip
 from service.db.models import CodePackageRow, JobCodeRow, JobRow, count, utcnow
 from service.db.tenancy_models import CodeRefRow
 from service.eventlog.log import SYSTEM, record
+from service.files import storage
 from service.settings import Settings
 
 log = logging.getLogger("raydock.code")

@@ -104,7 +104,7 @@ class JobRow(Base):
         BigInteger, default=0, server_default="0"
     )  # chars of every attempt's log taken in
     log_stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")  # what the chunks hold now
-    # What admission needs, parsed once at submit (service/queue.py), so no tick parses a spec.
+    # What admission needs, parsed once at submit (service/scheduling/queue.py), so no tick parses a spec.
     demand_cpus: Mapped[float | None] = mapped_column(Float)  # to start (an elastic job: its min)
     demand_gpus: Mapped[float | None] = mapped_column(Float)
     holds_cpus: Mapped[float | None] = mapped_column(Float)  # once started (an elastic job: its granted max)
@@ -135,7 +135,7 @@ class JobRow(Base):
     preempt_deadline: Mapped[datetime | None]
     user_id: Mapped[int | None] = mapped_column(Integer)  # who submitted it; NULL for jobs older than users
     # The latest attempt's start-up phases, {phase: Unix time}, from its queueing on
-    # (service/db/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
+    # (service/stored/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
     start_phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     __table_args__ = (

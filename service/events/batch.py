@@ -19,9 +19,9 @@ from api.schemas.trials import better, metric_value
 from service import lifecycle
 from service.db.event_models import ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import EventKey, JobRow
-from service.db.specs import stored_search
 from service.events import limits, phases, rollups
 from service.events.limits import EventLimits, room
+from service.stored.specs import stored_search
 
 KEY_BATCH = 500  # event keys looked up per query
 # Where each keyed event is stored (its (attempt, src_seq) once).

@@ -47,7 +47,7 @@ from api.schemas.events import (
     WorkerFailureEvent,
     WorkerGroupEvent,
 )
-from service import lifecycle, storage
+from service import lifecycle
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
 from service.db.models import JobRow, count
 from service.eventlog.log import job_may_log, record
@@ -55,6 +55,7 @@ from service.events import limits, logs, phases
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room
 from service.events.push import parse_all
+from service.files import storage
 
 RECEIVING = (
     JobStatus.STARTING.value,

@@ -1,5 +1,5 @@
 """A job's start-up phases as its events bring them in (the stored shape is
-``service/db/phases.py``; where each phase is marked, ``trainers/phases.py``).
+``service/stored/phases.py``; where each phase is marked, ``trainers/phases.py``).
 
 A job may set only its own phases (``JOB_PHASES``: driver_started, workers_placed,
 process_group_ready, first_step) and only in its current attempt (ingest takes events of
@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from api.schemas.events import JOB_PHASES, PHASE_NAMES, PhaseEvent
-from service.db import phases
 from service.db.models import JobRow
 from service.events.limits import Dropped
+from service.stored import phases
 
 BEHIND_S = 2.0  # a node's clock may run this far behind the server's
 AHEAD_S = 60.0  # ... or this far ahead

@@ -22,8 +22,8 @@ from api.schemas import (
 from api.schemas.trials import better, metric_value
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
-from service.db.specs import stored_search
 from service.events.replay import Exploit, replay_spec
+from service.stored.specs import stored_search
 
 LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
 

@@ -4,7 +4,7 @@ A job's driver sends a ``worker_group`` event each time Ray Train starts its wor
 (the first start, every resize of an elastic job, every restart after a failure);
 ``service.events.ingest`` stores each once and ``worker_groups`` reads them back as the job's
 worker count and placement over time. What an elastic job holds on the cluster is
-admission's (``service.admission.holds``).
+admission's (``service.scheduling.admission.holds``).
 """
 
 from __future__ import annotations

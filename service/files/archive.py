@@ -22,8 +22,7 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
-from service import storage
-from service.files import localfs
+from service.files import localfs, storage
 
 log = logging.getLogger("raydock.archive")
 

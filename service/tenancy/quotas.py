@@ -14,7 +14,7 @@ from api.errors import QuotaExceeded
 from api.schemas import JobStatus, QuotaPublic, QuotaSpec
 from service.db.models import JobRow, aware, utcnow
 from service.db.tenancy_models import ProjectQuotaRow, ProjectUsageRow
-from service.tenancy.fair_share import ProjectLoad, Quota, Running, decay
+from service.scheduling.fair_share import ProjectLoad, Quota, Running, decay
 from service.tenancy.usage import decayed
 
 QUEUED = JobStatus.QUEUED.value

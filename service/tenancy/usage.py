@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from api.schemas import UsagePublic, UsageRow
 from service.db.models import JobRow, aware
 from service.db.tenancy_models import JobUsageRow, ProjectUsageRow, UsagePendingRow
-from service.tenancy.fair_share import decay
+from service.scheduling.fair_share import decay
 
 
 def accrue(

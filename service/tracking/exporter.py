@@ -20,10 +20,10 @@ from sqlalchemy import false, select, true, update
 from sqlalchemy.orm import sessionmaker
 
 from api.schemas import JobStatus
-from service import storage
 from service.db.event_models import CheckpointRow, MetricRow, SearchResultRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow, utcnow
 from service.db.tracking_models import TrackingExportRow
+from service.files import storage
 from service.settings import Settings
 from service.telemetry.instruments import TRACKING_ERRORS, TRACKING_EXPORTED
 from service.tracking.mlflow_runs import MlflowRuns, unreachable

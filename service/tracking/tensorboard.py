@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from service import storage
+from service.files import storage
 from service.tracking.names import scalars, tensorboard_tag, trial_folder
 
 FOLDER = "tensorboard"

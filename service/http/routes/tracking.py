@@ -6,8 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.errors import Conflict
-from service import storage
-from service.files import archive
+from service.files import archive, storage
 from service.http.deps import Downloads, JobId, Jobs
 from service.http.downloads import GzipResponse
 from service.http.openapi import errors

@@ -1,7 +1,7 @@
 """Whether a job's workers can ever be placed on the cluster, resource by resource: each
 worker's whole bundle (CPUs, GPUs, memory, custom resources, its accelerator type) on one
 node, the placement strategy's shape, and the memory and custom resources in total,
-counting the nodes its autoscaler can add. ``service.admission`` counts CPUs and GPUs in
+counting the nodes its autoscaler can add. ``service.scheduling.admission`` counts CPUs and GPUs in
 total; this names what no node has ("no node has accelerator type A100"). Pure functions
 over the cluster as Ray reports it.
 """
@@ -86,7 +86,7 @@ def refusal(spec: JobSpec, info: ClusterInfo) -> CapacityExceeded | None:
                 "or fewer workers.",
                 f"{where}.placement_strategy",
             )
-    for name, each in need.items():  # CPUs and GPUs in total are admission's (service/admission.py)
+    for name, each in need.items():  # CPUs and GPUs in total are admission's (service/scheduling/admission.py)
         if name in ("CPU", "GPU") or name.startswith(ACCELERATOR_PREFIX):
             continue
         total = sum(node.get(name, 0.0) * count for node, count in offered if node.get(name, 0.0) > 0)

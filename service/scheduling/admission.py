@@ -4,7 +4,7 @@ monitor reads the inputs (database, cluster) and applies the ``Plan``.
 
 A job holds, from the moment it is started until it ends: its workers (an elastic job
 its granted max, which Ray Train grows into whenever the cluster has it: its max clamped
-at admission to its project's quota and the cluster, ``service.elastic_grant``), and a
+at admission to its project's quota and the cluster, ``service.scheduling.elastic_grant``), and a
 search its concurrent trials, each with one driver CPU on top of its Train workers.
 """
 
@@ -17,9 +17,9 @@ from datetime import datetime
 from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, FailureCause, JobSpec, TuneSpec
 from api.schemas.scaling import ACCELERATOR_PREFIX, ScalingSpec
-from service import node_fit
-from service.elastic_grant import Ceiling, grant
-from service.tenancy.fair_share import ProjectLoad, order_key
+from service.scheduling import node_fit
+from service.scheduling.elastic_grant import Ceiling, grant
+from service.scheduling.fair_share import ProjectLoad, order_key
 
 Resources = tuple[float, float]  # (CPUs, GPUs)
 # What a job asks beyond CPUs and GPUs, by Ray resource name: memory (bytes), custom
@@ -230,7 +230,7 @@ class Plan:
     # The elastic jobs started: their granted max workers, and (CPUs, GPUs, beyond) held with it.
     granted: dict[str, tuple[int, float, float, Extra]] = field(default_factory=dict)
     # The first job that does not fit although it is within its project's guarantee, and
-    # the (CPUs, GPUs) it is short of: borrowed room to take back (service/preemption.py).
+    # the (CPUs, GPUs) it is short of: borrowed room to take back (service/scheduling/preemption.py).
     wants: tuple[Queued, Resources] | None = None
 
 

@@ -19,10 +19,11 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from api.schemas import JobStatus
-from service import lifecycle, storage
+from service import lifecycle
 from service.db.event_models import CheckpointRow
 from service.db.models import JobRow, aware, utcnow
 from service.eventlog.log import record
+from service.files import storage
 
 log = logging.getLogger("raydock.preemption")
 

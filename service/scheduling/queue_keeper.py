@@ -1,5 +1,5 @@
-"""The queue keeper: applies admission's plan (service/admission.py) to the queue in SQL
-(service/queue.py) on each monitor tick, and remembers what its last pass saw so the
+"""The queue keeper: applies admission's plan (service/scheduling/admission.py) to the queue in SQL
+(service/scheduling/queue.py) on each monitor tick, and remembers what its last pass saw so the
 next one looks again only at what changed.
 
 Each pass fails what missed its deadline or can never fit, says why the rest wait, stores
@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from api.errors import ClusterUnavailable
-from api.schemas import FailureCause, JobSpec, JobStatus, QuotaSpec
-from service import admission, lifecycle, queue
-from service.cluster.ray_backend import RayBackend
+from api.schemas import ClusterInfo, FailureCause, JobSpec, JobStatus, QuotaSpec
+from service import lifecycle
 from service.db.models import JobRow, utcnow
-from service.db.specs import stored_spec
-from service.tenancy import fair_share, quotas
+from service.scheduling import admission, fair_share, queue
+from service.stored.specs import stored_spec
+from service.tenancy import quotas
 
 log = logging.getLogger("raydock.monitor")
 
@@ -31,11 +32,18 @@ FULL_PASS_S = 30.0  # every queued job's reason and place are read again at leas
 BIG_MOVE, POSITIONS_EVERY_S = 1000, 2.0  # places rewritten for the whole queue at most this often
 
 
+class Capacity(Protocol):
+    """What the keeper asks of the cluster (``RayBackend`` answers it): the room the
+    scheduling room needs, without importing the module that talks to Ray."""
+
+    def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]: ...
+
+
 class QueueKeeper:
     def __init__(
         self,
         sessions,
-        backend: RayBackend,
+        backend: Capacity,
         active: tuple[str, ...],
         default_quota: QuotaSpec | None = None,
         half_life_s: float = 3600.0,

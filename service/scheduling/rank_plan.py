@@ -14,7 +14,7 @@ import logging
 
 from api.local_ranks import cold_reason
 from api.schemas import JobSpec, TrainSpec
-from service import node_fit
+from service.scheduling import node_fit
 from service.settings import Settings
 
 log = logging.getLogger("raydock.rank_plan")

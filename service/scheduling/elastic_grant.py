@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from service.tenancy.fair_share import ProjectLoad
+from service.scheduling.fair_share import ProjectLoad
 
 EPS = 1e-9
 Extra = dict[str, float]  # resources beyond CPUs and GPUs, by Ray resource name

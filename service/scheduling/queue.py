@@ -14,8 +14,8 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from api.schemas import JobSpec, JobStatus
-from service import admission
 from service.db.models import JobRow, TransitionRow, aware
+from service.scheduling import admission
 
 QUEUED = JobStatus.QUEUED.value
 HEAD_BATCH = 64  # rows fetched at a time while admission walks the head of the queue
