@@ -5,10 +5,13 @@ anywhere else, and what honest jobs export still reads back with each tool's own
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import delete
 
@@ -116,6 +119,12 @@ def test_links_a_job_plants_in_its_storage_are_not_followed(target, tmp_path):
         assert [v for _, v in scalars(run, "loss")] == [pytest.approx(1.0 / (1 + k)) for k in range(3)]
     for name, path in outside.items():
         assert ta.files_below(path) == [], f"the export followed the link at {name}"
+    # What the user downloads is the job's own files, from the folder that replaced the link.
+    answer = httpx.get(f"{target.url}/v1/jobs/{jobs[0]}/tensorboard", timeout=60)
+    assert answer.status_code == 200, answer.text
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile()]
+    assert names and all("events.out.tfevents" in n for n in names), names
 
 
 def test_two_projects_asking_for_one_experiment_name_get_one_experiment_each(target, tmp_path, monkeypatch):
