@@ -85,6 +85,9 @@ class Monitor:
         self.tails = LogTails(service.backend, service.events)
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
+        # The tick and the usage count are units of their own but never run at once: an
+        # attempt's end is counted by the same follow that moves it, as when they were one loop.
+        self._passes = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
         self.queue = QueueKeeper(
             service.sessions,
@@ -99,6 +102,10 @@ class Monitor:
     # ------------------------------------------------------------------ one pass
 
     def tick(self) -> None:
+        with self._passes:
+            self._tick()
+
+    def _tick(self) -> None:
         with self.sessions() as s:
             active = s.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE))).all()
         for job_id in active:
@@ -128,6 +135,10 @@ class Monitor:
     def account(self) -> None:
         """Count the running attempts' usage up to now and add what was counted to the
         projects' decayed usage (service/tenancy/usage.py); a unit runs it every ACCOUNT_EVERY_S."""
+        with self._passes:
+            self._account()
+
+    def _account(self) -> None:
         running = tuple(s.value for s in lifecycle.RUNNING_STATES)
         with self.sessions.begin() as s:
             now = utcnow()
