@@ -10,6 +10,7 @@ early when ``wake()`` is called, at most once per gap."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class Periodic:
         """One step, counted: whether it succeeded."""
         started = time.perf_counter()
         try:
-            if asyncio.iscoroutinefunction(self.step):
+            if inspect.iscoroutinefunction(self.step):
                 await self.step()
             else:
                 await asyncio.to_thread(self.step)
