@@ -12,6 +12,7 @@ temp dir, a receiver on loopback, no Ray):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import tempfile
@@ -22,9 +23,11 @@ from sqlalchemy import update
 
 from api.schemas import JobStatus
 from service import lifecycle
+from service.background.periodic import Periodic
+from service.background.runner import Runner
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import JobRow, TransitionRow
-from service.eventlog.deliverer import Deliverer
+from service.eventlog.deliverer import POLL_S, Deliverer
 from service.eventlog.log import record
 from service.settings import Settings
 from tests.webhook_receiver import Receiver
@@ -65,7 +68,11 @@ def deliveries(tmp: Path, n: int, subscriptions: int) -> tuple[float, float, flo
         )
         sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
         deliverer = Deliverer(settings, sessions)
-        deliverer.start()
+        runner, unit = (
+            Runner(),
+            Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose),
+        )
+        runner.start(unit)
         sent: dict[int, float] = {}
         t0 = time.perf_counter()
         for i in range(n):
@@ -77,7 +84,7 @@ def deliveries(tmp: Path, n: int, subscriptions: int) -> tuple[float, float, flo
             time.sleep(0.01)
         total = time.perf_counter() - t0
         latency = statistics.median(p.at - sent[p.event["id"]] for p in rx.posts)
-        deliverer.stop()
+        asyncio.run(runner.stop(unit))
     return total, n * subscriptions / total, latency
 
 

@@ -1,6 +1,8 @@
-"""The monitor: the server's one background loop. Each tick follows the active jobs
-(status and logs), has the queue keeper (service/scheduling/queue_keeper.py) apply admission's plan
-and starts what it admits, and now and then reconciles Ray's jobs with ours.
+"""The monitor: the steps of the server's job-following background units (wired as
+periodic units in service/runtime.py, run by service/background/). Each tick follows the
+active jobs (status and logs), now and then reconciles Ray's jobs with ours, and has the
+queue keeper (service/scheduling/queue_keeper.py) apply admission's plan and start what it admits;
+``account`` counts the running attempts' usage on a cadence of its own.
 
 Everything it knows is re-read from the database and from Ray on every tick, so a
 restarted server picks up where the last one stopped: running jobs are reattached,
@@ -14,11 +16,11 @@ rest go on. Submits (which upload code) run off the tick, on a small pool.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from sqlalchemy import select
 
@@ -32,13 +34,14 @@ from service.events.log_tails import LogTails
 from service.jobs import JobService
 from service.scheduling.preemption import Preemptions
 from service.scheduling.queue_keeper import QueueKeeper
-from service.telemetry import instruments
 from service.tenancy import usage
 
 log = logging.getLogger("raydock.monitor")
 
 LOG_TAIL_IN_ERROR = 3000
 FOLLOW_FAILURES = 5  # consecutive failed follows of one job before it fails INFRASTRUCTURE
+# Reconciliation stays inside the tick (not a unit of its own): it runs every tick while
+# the cluster is out, and before admission in the same pass.
 RECONCILE_EVERY_S = 5.0
 ACCOUNT_EVERY_S = 2.0  # running attempts' usage is counted this often (an attempt's end at once)
 # A lone submit is started at once (it wakes a waiting monitor); a burst is taken in
@@ -75,14 +78,16 @@ class Monitor:
         self.settings = service.settings
         self.interval = service.settings.monitor_interval_s
         self.attempts = Attempts(service, store_id(service.sessions))
-        self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Wakes the tick's unit (service/runtime.py points it there): a submit starts at once.
+        self.wake: Callable[[], None] = lambda: None
         self._reconciled_at = float("-inf")
-        self._code_collected_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
         self.tails = LogTails(service.backend, service.events)
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
+        # The tick and the usage count are units of their own but never run at once: an
+        # attempt's end is counted by the same follow that moves it, as when they were one loop.
+        self._passes = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
         self.queue = QueueKeeper(
             service.sessions,
@@ -92,34 +97,15 @@ class Monitor:
             service.settings.fair_share_half_life_s,
         )
         self.preemptions = Preemptions(service)
-        self._accounted_at = float("-inf")
         self._outage = Outage()
-
-    def wake(self) -> None:
-        """Called from request threads after a submit: start the job without waiting a tick."""
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
-
-    async def run(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
-        while True:
-            started = time.perf_counter()
-            try:
-                await asyncio.to_thread(self.tick)
-            except Exception:  # noqa: BLE001 - the loop must outlive any one bad tick
-                log.exception("monitor tick failed")
-            instruments.MONITOR_TICK.observe(time.perf_counter() - started)
-            # A burst of submits wakes it many times: it ticks at most every MIN_TICK_GAP_S.
-            await asyncio.sleep(MIN_TICK_GAP_S)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(self.interval - MIN_TICK_GAP_S, 0))
-            except TimeoutError:
-                pass
-            self._wake.clear()
 
     # ------------------------------------------------------------------ one pass
 
     def tick(self) -> None:
+        with self._passes:
+            self._tick()
+
+    def _tick(self) -> None:
         with self.sessions() as s:
             active = s.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE))).all()
         for job_id in active:
@@ -140,36 +126,24 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        self.account()
         for job_id in self.queue.admit():
             self._dispatch(job_id)
         if self.queue.preempt is not None:
             victims, for_job, for_project = self.queue.preempt
             self.preemptions.preempt(victims, for_job, for_project)
-        self.collect_code()
-        self.backend.refresh_warm_pool()
 
     def account(self) -> None:
-        """Every ACCOUNT_EVERY_S, count the running attempts' usage up to now and add what
-        was counted to the projects' decayed usage (service/tenancy/usage.py)."""
-        if time.monotonic() - self._accounted_at < ACCOUNT_EVERY_S:
-            return
-        self._accounted_at = time.monotonic()
+        """Count the running attempts' usage up to now and add what was counted to the
+        projects' decayed usage (service/tenancy/usage.py); a unit runs it every ACCOUNT_EVERY_S."""
+        with self._passes:
+            self._account()
+
+    def _account(self) -> None:
         running = tuple(s.value for s in lifecycle.RUNNING_STATES)
         with self.sessions.begin() as s:
             now = utcnow()
             usage.accrue_running(s, running, now)
             usage.bill(s, now, self.settings.fair_share_half_life_s)
-
-    def collect_code(self) -> None:
-        """Now and then, delete the code packages no job references (service/code/packages.py)."""
-        if time.monotonic() - self._code_collected_at < self.service.code.collect_every_s:
-            return
-        self._code_collected_at = time.monotonic()
-        try:
-            self.service.code.collect()
-        except Exception:  # noqa: BLE001 - storage trouble must not stop the tick; the next pass retries
-            log.exception("collecting unreferenced code packages failed")
 
     def _follow_failed(self, job_id: str, exc: Exception) -> None:
         n = self._follow_failures.get(job_id, 0) + 1

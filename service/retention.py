@@ -2,7 +2,7 @@
 newest ``RAYDOCK_RETENTION_MAX_FINISHED``, are deleted with every row they own (status
 history, metrics, logs, checkpoints, trials: ON DELETE CASCADE) and their storage prefix.
 
-It runs in the background (``run``), a small batch per transaction with a pause between
+It runs in the background (``sweep``, a unit wired in service/runtime.py), a small batch per transaction with a pause between
 batches, so requests and the monitor never wait on it for long; ``raydock gc`` runs the
 same sweep by hand, or only lists what it would delete (``--dry-run``). A job that is not
 finished is never deleted: the DELETE itself says ``status IN (finished)``, so a job
@@ -18,7 +18,6 @@ for the next sweep, and the outage is logged once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -218,12 +217,3 @@ class Retention:
         if self._store is None:
             self._store = store_id(self.sessions)
         return self._store
-
-    async def run(self) -> None:
-        """The background loop: a sweep every ``interval_s``."""
-        while True:
-            try:
-                await asyncio.to_thread(self.sweep)
-            except Exception:  # noqa: BLE001 - retention must never stop the server
-                log.exception("retention sweep failed")
-            await asyncio.sleep(self.interval_s)

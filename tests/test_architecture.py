@@ -1,6 +1,8 @@
 """The layout is a test: imports flow one way, no module imports itself back, the
-contract stays light, Ray internals have one seam, modules stay small, and the names the
-server and the cluster share are spelled only in ``api.cluster_contract``.
+contract stays light, Ray internals have one seam, modules stay small, the names the
+server and the cluster share are spelled only in ``api.cluster_contract``, and the
+server's background work is periodic units run by ``service.background`` (no thread or
+sleeping loop of its own elsewhere).
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -88,6 +90,8 @@ SERVICE_ROOMS: dict[str, set[str]] = {
         "service.settings",
         "service.telemetry.instruments",
     },
+    # Background work is units and their runner: the composition root hands each unit its step.
+    "service.background": set(),
     # The dashboard's pages are served without the API token, so they hold no data: the room
     # reads nothing of the server; the browser asks /v1 for every number, with the token.
     "service.dashboard": set(),
@@ -105,6 +109,16 @@ CONTRACT_SIDES = ("service", "trainers", "tuning")
 CONTRACT_NAMES = frozenset(
     {*cluster_contract.ENV_NAMES, cluster_contract.WARM_NAME_PREFIX, cluster_contract.WARM_FACTS_PREFIX}
 )
+# Background work runs as periodic units (service/background/): no other server module
+# starts a thread or loops forever with a sleep, except these, each for one bounded task.
+BACKGROUND_ROOM = "service.background"
+THREADS_ALLOWED = {
+    "service.eventlog.poster": "one per DNS lookup, which asyncio cannot cut off at a deadline",
+    "service.files.archive": "one per archive download, ending with it",
+    "service.events.log_tails": "the event loop the log tails read on, driven by the monitor's unit",
+    "service.cli.main": "the one-off server of `raydock run`, for the command's life",
+}
+SLEEPING_LOOPS_ALLOWED = ("service.http.routes",)  # a stream polls while its client listens
 
 
 @dataclass
@@ -112,6 +126,7 @@ class Tree:
     imports: dict[str, set[str]] = field(default_factory=dict)  # module -> imported names
     lines: dict[str, int] = field(default_factory=dict)
     literals: dict[str, set[str]] = field(default_factory=dict)  # module -> its string constants
+    loops: dict[str, list[str]] = field(default_factory=dict)  # module -> its threads and sleeping loops
 
 
 def read_tree(root: Path, packages=PACKAGES) -> Tree:
@@ -130,7 +145,26 @@ def read_tree(root: Path, packages=PACKAGES) -> Tree:
             tree.literals[module] = {
                 n.value for n in ast.walk(parsed) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             }
+            tree.loops[module] = _loops(parsed)
     return tree
+
+
+def _loops(node: ast.AST) -> list[str]:
+    """Where a module starts a thread (``threading.Thread(``, ``Thread(``) or loops forever
+    with a sleep inside (``while True:`` ... ``sleep(`` with no ``break`` or ``return``): a
+    background loop of its own. A batch loop that pauses between batches and ends is not."""
+    out = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "Thread":
+            out.append(f"line {n.lineno}: a thread")
+        elif isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True:
+            calls = (c for c in ast.walk(n) if isinstance(c, ast.Call))
+            ends = any(isinstance(c, (ast.Break, ast.Return)) for c in ast.walk(n))
+            if not ends and any(
+                (getattr(c.func, "attr", None) or getattr(c.func, "id", None)) == "sleep" for c in calls
+            ):
+                out.append(f"line {n.lineno}: a `while True` loop that sleeps")
+    return out
 
 
 def _imports(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
@@ -278,6 +312,20 @@ def contract_literals(tree: Tree) -> list[str]:
     )
 
 
+def background_loops(tree: Tree) -> list[str]:
+    out = []
+    for module, found in sorted(tree.loops.items()):
+        if not _inside(module, "service") or _inside(module, BACKGROUND_ROOM):
+            continue
+        for where in found:
+            if "thread" in where and module in THREADS_ALLOWED:
+                continue
+            if "sleeps" in where and any(_inside(module, r) for r in SLEEPING_LOOPS_ALLOWED):
+                continue
+            out.append(f"{module} {where}: make it a periodic unit (service/background/) wired in service/runtime.py")
+    return out
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -307,6 +355,10 @@ def test_no_module_over_the_line_limit():
 
 def test_the_cluster_contract_is_spelled_in_one_place():
     assert contract_literals(read_tree(ROOT)) == []
+
+
+def test_background_work_runs_only_as_periodic_units():
+    assert background_loops(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -458,3 +510,29 @@ def test_planted_violations_of_the_scheduling_files_and_stored_rooms_are_found(t
         "service.stored.phases",
         "service.tenancy.usage",
     }
+
+
+def test_planted_background_loops_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "service/sweeper.py": (
+                "import asyncio\nasync def run():\n    while True:\n        await asyncio.sleep(5)\n"
+            ),
+            "service/poller.py": "import threading\nthreading.Thread(target=print, daemon=True).start()\n",
+            "service/pages.py": "def pages(read):\n    while True:\n        if not read():\n            break\n",
+            "service/purge.py": (
+                "import time\ndef purge(more):\n    while True:\n        if not more():\n            break\n"
+                "        time.sleep(0.1)\n"
+            ),
+            "service/http/routes/logs.py": "import time\ndef stream():\n    while True:\n        time.sleep(1)\n",
+            "service/background/runner.py": (
+                "import asyncio, threading\nthreading.Thread(target=print)\n"
+                "async def run():\n    while True:\n        await asyncio.sleep(1)\n"
+            ),
+        },
+    )
+    assert [v.split(":")[0] for v in background_loops(tree)] == [
+        "service.poller line 2",
+        "service.sweeper line 3",
+    ]

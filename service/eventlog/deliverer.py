@@ -1,6 +1,8 @@
-"""The webhook deliverer: its own thread, so no post ever slows the API or the monitor.
+"""The webhook deliverer: a background unit on an event loop of its own thread (wired in
+service/runtime.py, run by service/background/), so no post ever slows the API or the
+monitor.
 
-Each pass fans the new events out into ``webhook_deliveries`` rows (``fanout.py``) and
+Each pass (``deliver_once``, every POLL_S) fans the new events out into ``webhook_deliveries`` rows (``fanout.py``) and
 starts the posts that are due. The state is in the store, so a server killed mid-post
 posts again after its restart: delivery is at least once, and a receiver deduplicates by
 the ``Raydock-Event-Id`` header.
@@ -29,7 +31,6 @@ import asyncio
 import itertools
 import json
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
@@ -69,49 +70,49 @@ class Deliverer:
         self.settings, self.sessions = settings, sessions
         self.server = server_webhooks(settings)
         self.on_attempt: Callable[[str], None] = lambda outcome: None  # the metrics hook
-        self._stop = threading.Event()
+        self._stopping = False
         self._in_flight: set[str] = set()  # owners (a job, a server webhook) with a post under way or waiting
-        self._thread: threading.Thread | None = None
+        self._lanes: tuple[Lane, Lane] | None = None  # (server, jobs), made on the unit's loop
+        self._tasks: set[asyncio.Task] = set()
 
-    # ------------------------------------------------------------------ the thread
+    # ------------------------------------------------------------------ the unit's step
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="raydock-webhooks", daemon=True)
-        self._thread.start()
+    def _lanes_here(self) -> tuple[Lane, Lane]:
+        if self._lanes is None:
+            server_slots = max(1, len(self.server))
+            concurrency = self.settings.webhook_concurrency
+            self._lanes = (
+                Lane(asyncio.Semaphore(server_slots), Poster(self.settings, server_slots, "server")),
+                Lane(asyncio.Semaphore(concurrency), Poster(self.settings, concurrency, "jobs")),
+            )
+        return self._lanes
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(POLL_S + 10)
+    async def deliver_once(self) -> None:
+        """One pass: fan the new events out and start the posts that are due."""
+        server, jobs = self._lanes_here()
+        await asyncio.to_thread(self.fan_out)
+        for post in await asyncio.to_thread(self._due):
+            owner = post.subscription.owner
+            if owner in self._in_flight:
+                continue
+            self._in_flight.add(owner)
+            lane = jobs if post.subscription.job_id else server
+            task = asyncio.create_task(self._turn(lane, post))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _run(self) -> None:
-        server_slots = max(1, len(self.server))
-        server = Lane(asyncio.Semaphore(server_slots), Poster(self.settings, server_slots, "server"))
-        concurrency = self.settings.webhook_concurrency
-        jobs = Lane(asyncio.Semaphore(concurrency), Poster(self.settings, concurrency, "jobs"))
-        tasks: set[asyncio.Task] = set()
-        try:
-            while not self._stop.is_set():
-                try:
-                    await asyncio.to_thread(self.fan_out)
-                    for post in await asyncio.to_thread(self._due):
-                        owner = post.subscription.owner
-                        if owner in self._in_flight:
-                            continue
-                        self._in_flight.add(owner)
-                        lane = jobs if post.subscription.job_id else server
-                        task = asyncio.create_task(self._turn(lane, post))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                except Exception:  # noqa: BLE001 - the deliverer must outlive any one bad pass
-                    log.exception("webhook pass failed")
-                await asyncio.sleep(POLL_S)
-        finally:
-            for task in tasks:
-                task.cancel()  # its delivery stays pending: tried again after a restart
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await server.poster.aclose()
-            await jobs.poster.aclose()
+    async def aclose(self) -> None:
+        """At the unit's stop: the posts under way are cut off (their deliveries stay
+        pending: tried again after a restart), and the connections closed."""
+        self._stopping = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._lanes is not None:
+            for lane in self._lanes:
+                await lane.poster.aclose()
+            self._lanes = None
 
     def fan_out(self) -> int:
         return fanout.fan_out(self.sessions, self.server)
@@ -133,7 +134,7 @@ class Deliverer:
                 for n in itertools.count(1):
                     outcome = await lane.poster.post(post)
                     await asyncio.to_thread(self._settle, post, outcome)
-                    if not outcome.ok or self._stop.is_set() or (n >= POSTS_PER_TURN and lane.waiting):
+                    if not outcome.ok or self._stopping or (n >= POSTS_PER_TURN and lane.waiting):
                         break
                     if (post := await asyncio.to_thread(self._next, sub)) is None:
                         break

@@ -51,7 +51,6 @@ from service.runtime import Runtime, build_runtime
 from service.settings import Settings
 from service.telemetry.collector import StoreCollector
 from service.telemetry.latency import RequestTimer
-from service.tracking.exporter import Exporter
 
 log = logging.getLogger("raydock.api")
 
@@ -153,24 +152,11 @@ async def lifespan(app: FastAPI):
     app.state.runtime = runtime
     app.state.store_metrics = CollectorRegistry()
     app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
-    task = asyncio.create_task(runtime.monitor.run(), name="raydock-monitor")
-    if runtime.deliverer is not None:
-        runtime.deliverer.start()
-    sweeper = asyncio.create_task(runtime.retention.run(), name="raydock-retention") if runtime.retention else None
-    # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
-    exporter = asyncio.create_task(
-        Exporter(runtime.service.sessions, app.state.settings).run(), name="raydock-tracking"
-    )
+    runtime.runner.start_all()  # the background units (service/runtime.py)
     try:
         yield
     finally:
-        for t in (task, sweeper, exporter):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
-        if runtime.deliverer is not None:
-            await asyncio.to_thread(runtime.deliverer.stop)
+        await runtime.runner.stop_all()
         if runtime.head is not None:
             await asyncio.to_thread(_maybe_stop_head, runtime)
 

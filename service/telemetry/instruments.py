@@ -64,6 +64,19 @@ EVENTS_DROPPED = Counter(
 MONITOR_TICK = Histogram(
     "raydock_monitor_tick_seconds", "Time one monitor tick took.", buckets=FAST_BUCKETS, registry=REGISTRY
 )
+BACKGROUND_RUNS = Counter(
+    "raydock_background_runs",
+    "Runs of the server's background units (service/background/), by unit and outcome (ok, failed).",
+    ["unit", "outcome"],
+    registry=REGISTRY,
+)
+BACKGROUND_DURATION = Histogram(
+    "raydock_background_run_seconds",
+    "Time one run of a background unit took, by unit.",
+    ["unit"],
+    buckets=FAST_BUCKETS,
+    registry=REGISTRY,
+)
 WEBHOOK_OUTCOMES = ("delivered", "retrying", "failed", "refused")
 WEBHOOK_DELIVERIES = Counter(
     "raydock_webhook_deliveries",
@@ -84,6 +97,15 @@ def webhook_delivered(outcome: str) -> None:
     """Count one webhook delivery attempt (the event log's deliverer calls it after each post: its
     ``on_attempt`` hook); an outcome outside WEBHOOK_OUTCOMES counts as 'failed'."""
     WEBHOOK_DELIVERIES.labels(outcome if outcome in WEBHOOK_OUTCOMES else "failed").inc()
+
+
+def background_ran(unit: str, ok: bool, seconds: float) -> None:
+    """Count one run of a background unit (the runner's ``observe`` hook); the monitor's
+    tick also keeps its own histogram."""
+    BACKGROUND_RUNS.labels(unit, "ok" if ok else "failed").inc()
+    BACKGROUND_DURATION.labels(unit).observe(seconds)
+    if unit == "monitor":
+        MONITOR_TICK.observe(seconds)
 
 
 def submitted(kind: str) -> None:

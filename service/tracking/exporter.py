@@ -1,4 +1,5 @@
-"""The tracking exporter: a background loop of the API process that reads each tracked
+"""The tracking exporter: a background unit of the API process (``export_once`` every
+RAYDOCK_TRACKING_INTERVAL_S, wired in service/runtime.py) that reads each tracked
 job's stored reports by cursor and writes them to TensorBoard and MLflow. It never runs
 on the ingest path: a slow or unreachable MLflow delays only its own export, and the
 cursors are in the store, so a restarted server resumes where the last one stopped.
@@ -10,7 +11,6 @@ the loop; a resumed job comes back to it."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -58,14 +58,6 @@ class Exporter:
         # (job, tool) -> (when to try again, failures in a row); job "" is the tool itself (server down)
         self._retry_at: dict[tuple[str, str], tuple[float, int]] = {}
         self._refused: dict[str, str] = {}  # job -> why its storage took no TensorBoard files (noted once)
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.export_once)
-            except Exception:  # noqa: BLE001 - the loop outlives any one bad pass
-                log.exception("tracking export pass failed")
-            await asyncio.sleep(self.settings.tracking_interval_s)
 
     def export_once(self) -> None:
         """One pass over the tracked jobs that are not done."""

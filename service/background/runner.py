@@ -1,0 +1,113 @@
+"""The runner of the background units: ``start(unit)``, ``stop(unit)`` and ``units()``.
+
+Each unit runs alone (an asyncio task on the server's loop, or on a loop of its own thread
+when it asks for one), so one unit's failures or slowness never hold up another. After
+each run the runner reports it through ``observe(name, ok, seconds)``, which the
+composition root points at the /metrics counters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+from typing import Callable
+
+from service.background.periodic import Periodic
+
+log = logging.getLogger("raydock.background")
+
+STOP_WAIT_S = 15.0  # a unit on its own thread is waited for this long at stop
+
+
+class _Thread:
+    def __init__(self, runner: "Runner", unit: Periodic) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.task: asyncio.Task | None = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(runner, unit), name=f"raydock-{unit.name}", daemon=True)
+
+    def _main(self, runner: "Runner", unit: Periodic) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.task = self.loop.create_task(runner._loop_of(unit))
+        self.ready.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            self.loop.run_until_complete(self.task)
+        self.loop.close()
+
+    def stop(self) -> None:
+        self.ready.wait()
+        if not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # it ended meanwhile
+                self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(STOP_WAIT_S)
+
+
+class Runner:
+    def __init__(self, observe: Callable[[str, bool, float], None] = lambda name, ok, seconds: None) -> None:
+        self.observe = observe
+        self._units: dict[str, Periodic] = {}
+        self._running: dict[str, asyncio.Task | _Thread] = {}
+
+    def add(self, unit: Periodic) -> Periodic:
+        """Known to the runner, not yet started."""
+        if unit.name in self._units:
+            raise ValueError(f"a background unit named {unit.name!r} is already added")
+        self._units[unit.name] = unit
+        return unit
+
+    def units(self) -> list[Periodic]:
+        return list(self._units.values())
+
+    def running(self) -> list[str]:
+        return [name for name, r in self._running.items() if not (isinstance(r, asyncio.Task) and r.done())]
+
+    def start(self, unit: Periodic) -> None:
+        """Start a unit (added first if it is not yet); one on the server's loop needs a running loop."""
+        if unit.name not in self._units:
+            self.add(unit)
+        if unit.name in self._running:
+            return
+        if unit.own_thread:
+            worker = _Thread(self, unit)
+            worker.thread.start()
+            self._running[unit.name] = worker
+        else:
+            self._running[unit.name] = asyncio.get_running_loop().create_task(
+                self._loop_of(unit), name=f"raydock-{unit.name}"
+            )
+
+    def start_all(self) -> None:
+        for unit in self.units():
+            self.start(unit)
+
+    async def stop(self, unit: Periodic) -> None:
+        """Stop a unit after (or in) its current run; its ``on_stop`` runs on its loop."""
+        running = self._running.pop(unit.name, None)
+        if isinstance(running, _Thread):
+            await asyncio.to_thread(running.stop)
+        elif running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+    async def stop_all(self) -> None:
+        for unit in reversed(self.units()):
+            await self.stop(unit)
+
+    async def _loop_of(self, unit: Periodic) -> None:
+        unit._loop, unit._wake = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            while True:
+                ok = await unit.run_once()
+                self.observe(unit.name, ok, unit.last_duration_s or 0.0)
+                await unit.wait()
+        finally:
+            if unit.on_stop is not None:
+                try:
+                    done = unit.on_stop()
+                    if inspect.isawaitable(done):
+                        await done
+                except Exception:  # noqa: BLE001 - stopping goes on for the other units
+                    log.exception("background unit %s failed to stop cleanly", unit.name)
