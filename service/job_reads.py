@@ -96,9 +96,6 @@ class JobReads:
         with self.sessions() as s:
             return s.scalar(select(JobRow.project).where(JobRow.id == job_id))
 
-    def is_terminal(self, job_id: str) -> bool:
-        return self.get(job_id).status.is_terminal()
-
     def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
         with self.sessions() as s:
             self._job(s, job_id)
