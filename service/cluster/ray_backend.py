@@ -259,8 +259,8 @@ class RayBackend:
         return self.pool.snapshot()
 
     def refresh_warm_pool(self) -> None:
-        """Read the warm pool again from the dashboard once its snapshot is older than its TTL."""
-        self.pool.refresh_if_due()
+        """Read the warm pool again from the dashboard (its background unit's step)."""
+        self.pool.refresh()
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

@@ -6,8 +6,8 @@ its stdout, from the log API). The server never joins the cluster to ask the act
 Any job can create actors with names like these and write into any log file on its node
 (jobs share one OS user), so nothing here grows with what jobs do: one actor per live
 node by its exact name (at most ``MAX_NODES``), and of each log at most ``MAX_LOG_BYTES``
-read, of which only the last ``TAIL_BYTES`` are kept. ``WarmPool.refresh`` runs in the
-monitor every ``REFRESH_S``; requests read the snapshot it left.
+read, of which only the last ``TAIL_BYTES`` are kept. ``WarmPool.refresh`` runs as the
+``warm-pool`` background unit every ``REFRESH_S``; requests read the snapshot it left.
 
 The names and the facts are the contract trainers/zygote/supervisor.py writes
 (``api.cluster_contract``, ``api.schemas.launch.WarmPoolFacts``).
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import Callable
 
 import httpx
@@ -43,7 +42,6 @@ class WarmPool:
     def __init__(self, http: httpx.Client, refresh_s: float = REFRESH_S):
         self.http, self.refresh_s = http, refresh_s
         self._snapshot: list[WarmProcessPublic] = []
-        self._refreshed_at = float("-inf")
         self._lock = threading.Lock()
         self.log_reads = 0  # logs read and their bytes since this process started (GET /metrics)
         self.log_bytes = 0
@@ -51,13 +49,9 @@ class WarmPool:
     def snapshot(self) -> list[WarmProcessPublic]:
         return list(self._snapshot)
 
-    def refresh_if_due(self) -> None:
-        if time.monotonic() - self._refreshed_at >= self.refresh_s:
-            self.refresh()
-
     def refresh(self) -> None:
+        """Read the pool again (the ``warm-pool`` background unit runs this every ``refresh_s``)."""
         with self._lock:
-            self._refreshed_at = time.monotonic()
             self._snapshot = self.read()
 
     def read(self) -> list[WarmProcessPublic]:
