@@ -42,8 +42,8 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    long_too = bool(os.environ.get("RAYDOCK_SLOW_TESTS"))
-    skip_long = pytest.mark.skip(reason="long test, opt-in: set RAYDOCK_SLOW_TESTS=1")
+    long_too = bool(os.environ.get("RAYDOCK_LONG_TESTS"))
+    skip_long = pytest.mark.skip(reason="long test, opt-in: set RAYDOCK_LONG_TESTS=1")
     for item in items:
         if RAY_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)

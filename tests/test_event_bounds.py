@@ -107,7 +107,7 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
         target.stop()
 
 
-@pytest.mark.long  # about 2 minutes on 2 cores (both databases): RAYDOCK_SLOW_TESTS=1
+@pytest.mark.long  # about 2 minutes on 2 cores (both databases): RAYDOCK_LONG_TESTS=1
 def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(target):
     job_id = target.running_job()
     attacks.seed_rows(target, job_id, metrics=600_000, trial_reports_n=400_000)

@@ -11,11 +11,11 @@ it) and carries three machine-readable lines, which this module reads:
 (``kind: tune``), on the best trial's. By default (fast, no server) every spec must
 validate, name its promise and its needs, and a user-code spec's entrypoint must be a
 function defined in its ``working_dir``; every other file in examples/ must be such
-code, so a new example cannot skip the test. Opt-in (``RAYDOCK_SLOW_TESTS=1``, the
+code, so a new example cannot skip the test. Opt-in (``RAYDOCK_LONG_TESTS=1``, the
 ``long`` marker) each example runs on the session's Ray cluster and reaches its promise;
 one that needs more GPUs or cores than the cluster has is skipped, saying why.
 
-    RAYDOCK_SLOW_TESTS=1 python -m pytest tests/test_examples.py -s     # prints each figure
+    RAYDOCK_LONG_TESTS=1 python -m pytest tests/test_examples.py -s     # prints each figure
 """
 
 from __future__ import annotations

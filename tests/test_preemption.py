@@ -5,7 +5,7 @@ resumes from that checkpoint and SUCCEEDS with its steps continuing, its retries
 The accounting of both jobs equals their running time x the CPUs they held.
 
 Three job starts in a row (the borrower, the owner's job, the borrower again): over 90 s,
-so it is opt-in (``long``: RAYDOCK_SLOW_TESTS=1)."""
+so it is opt-in (``long``: RAYDOCK_LONG_TESTS=1)."""
 
 from __future__ import annotations
 

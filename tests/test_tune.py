@@ -142,7 +142,7 @@ def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Cli
 
 
 # ASHA and grid searches start many Train runs (90-110 s each on 2 busy cores); they run
-# when RAYDOCK_SLOW_TESTS=1 so the default suite stays under its 20-minute budget.
+# when RAYDOCK_LONG_TESTS=1 so the default suite stays under its 20-minute budget.
 
 
 @pytest.mark.long

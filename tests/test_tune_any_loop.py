@@ -87,7 +87,7 @@ def test_a_failing_trial_reads_as_the_users_exception(client: Client):
         assert "Your code" in error and error.index("userpkg/boom.py") < error.index("Ray and raydock")
 
 
-# Searches that start, stop and restart several Train runs: RAYDOCK_SLOW_TESTS=1.
+# Searches that start, stop and restart several Train runs: RAYDOCK_LONG_TESTS=1.
 
 
 @pytest.mark.long

@@ -1,4 +1,4 @@
-"""Uploaded user code, the slow cases (``RAYDOCK_SLOW_TESTS=1``):
+"""Uploaded user code, the slow cases (``RAYDOCK_LONG_TESTS=1``):
 
 - a regular, non-editable install of raydock (a wheel in a fresh virtual environment,
   no import hook of an editable install) with a server, Ray head and job of its own,
