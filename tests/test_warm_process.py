@@ -27,9 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROBE = "tests.zygote_probe"
 
 
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    session = tmp_path_factory.mktemp("session")
+def start_warm(session: Path) -> subprocess.Popen:
+    """A warm process listening in ``session`` (laid out as a Ray session dir)."""
     (session / "logs").mkdir()
     path = socket_path(str(session))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -45,6 +44,13 @@ def warm(tmp_path_factory):
         assert proc.poll() is None, (session / "warm.log").read_text()
         assert time.monotonic() < deadline, "the warm process did not start listening"
         time.sleep(0.1)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    session = tmp_path_factory.mktemp("session")
+    proc = start_warm(session)
     yield session, proc
     proc.terminate()
     proc.wait(10)
@@ -140,6 +146,35 @@ def test_a_client_that_is_killed_takes_its_driver_with_it(warm, tmp_path):
     deadline = time.monotonic() + 10
     while _alive(pid):
         assert time.monotonic() < deadline, "the driver outlived its client"
+        time.sleep(0.05)
+
+
+def test_a_driver_ends_with_its_client_when_its_warm_process_is_gone(tmp_path_factory, tmp_path):
+    """A warm process that left (its actor gone, its path taken) no longer watches its
+    drivers' clients; the kernel still ends a driver whose client hangs up."""
+    session = tmp_path_factory.mktemp("session")
+    proc = start_warm(session)
+    try:
+        answer, reader, out = start(session, ["hang"], tmp_path)
+        pid = answer["pid"]
+        _wait_for_output(out, "hanging")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert _alive(pid)  # a running driver goes on when its warm process leaves
+    reader.sock.close()
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            pytest.fail("the driver outlived its client once its warm process was gone")
+        time.sleep(0.05)
+
+
+def _wait_for_output(out: Path, text: str) -> None:
+    deadline = time.monotonic() + 30
+    while text not in out.read_text():
+        assert time.monotonic() < deadline, f"{text!r} never came"
         time.sleep(0.05)
 
 

@@ -14,6 +14,7 @@ process's environment), and Ray settings read when ``ray`` was imported.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import importlib
 import importlib.util
 import io
@@ -44,6 +45,7 @@ def become_driver(
     code = 1
     try:
         _take_process(request, fds, inherited, base_path)
+        _end_with_client(conn)
         print(f"raydock: warm start, driver {os.getpid()} forked from warm process {os.getppid()}", file=sys.stderr)
         code = _run(request["module"], request.get("argv") or [])
     except BaseException:  # noqa: BLE001 - whatever happens, the client hears an exit code
@@ -71,6 +73,27 @@ def _take_process(request: dict, fds: list[int], inherited: list[int], base_path
     importlib.invalidate_caches()
     _reopen_stdio()
     _reset_shared_state()
+
+
+def _end_with_client(conn: socket.socket) -> None:
+    """The kernel ends this driver's process group (its ranks too) when the client hangs
+    up: the connection signals SIGIO to the group, whose default action ends a process.
+    The warm process also watches the client and kills the group, but a warm process that
+    left (its actor gone, its path taken, stopped) leaves its running drivers behind, and
+    Ray's stop, which SIGKILLs the client after its grace period, reaches no further.
+    The client sends nothing after its request, so any SIGIO is its hangup."""
+    fd = conn.fileno()
+    signal.signal(signal.SIGIO, signal.SIG_DFL)
+    fcntl.fcntl(fd, fcntl.F_SETOWN, -os.getpgrp())
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    try:  # gone before the watch was set: no signal will come
+        gone = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        gone = False
+    except OSError:
+        gone = True
+    if gone:
+        os.killpg(0, signal.SIGKILL)
 
 
 def _take_priority(nice: object) -> None:
