@@ -2,7 +2,8 @@
 contract stays light, Ray internals have one seam, modules stay small, the names the
 server and the cluster share are spelled only in ``api.cluster_contract``, and the
 server's background work is periodic units run by ``service.background`` (no thread or
-sleeping loop of its own elsewhere).
+sleeping loop of its own elsewhere), and the events' writers and reads never import each
+other.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
