@@ -42,8 +42,8 @@ class Batch:
         events: list[Any],
         limits: EventLimits,
         *,
-        push: bool = False,
-        storage_path: str = "",
+        push: bool,
+        storage_path: str,
     ):
         self.s, self.job, self.limits = s, job, limits
         self.push = push  # the fast channel (HTTP), not the log
