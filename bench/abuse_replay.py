@@ -8,7 +8,7 @@ with an events token the attacker holds, ``tests/attacks.py``), pushes a chain o
 one row per figure, ``what | figure | bound | ok/FAIL``:
 
 - a 3,000-clone lineage: the replay answers 200 with one interval per clone;
-- a lineage one clone over ``service.events.replay.MAX_LINEAGE``: 409 ``lineage_too_deep``.
+- a lineage one clone over ``service.events.reads.replay.MAX_LINEAGE``: 409 ``lineage_too_deep``.
 
 ``main()`` returns the number of rows that failed.
 """
@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from service.events.replay import MAX_LINEAGE
+from service.events.reads.replay import MAX_LINEAGE
 from tests import attacks
 
 BOUND_S = 10.0

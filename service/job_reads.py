@@ -14,7 +14,8 @@ from service.db import job_records, listing
 from service.db.event_models import CheckpointRow
 from service.db.job_records import to_public
 from service.db.models import JobRow
-from service.events import logs, series
+from service.events import logs
+from service.events.reads import series
 from service.files import archive, storage
 from service.settings import Settings
 
@@ -67,7 +68,7 @@ class JobReads:
             return JobList(items=[to_public(r) for r in rows], total=total, limit=limit, offset=offset, next=after)
 
     def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
-        """A page of reports with seq > since, and whether more follow (``service/events/series.py``)."""
+        """A page of reports with seq > since, and whether more follow (``service/events/reads/series.py``)."""
         with self.sessions() as s:
             self._job(s, job_id)
             return series.page(s, job_id, since, limit)

@@ -2,7 +2,8 @@
 contract stays light, Ray internals have one seam, modules stay small, the names the
 server and the cluster share are spelled only in ``api.cluster_contract``, and the
 server's background work is periodic units run by ``service.background`` (no thread or
-sleeping loop of its own elsewhere).
+sleeping loop of its own elsewhere), and the events' writers and reads never import each
+other.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -119,6 +120,12 @@ THREADS_ALLOWED = {
     "service.cli.main": "the one-off server of `raydock run`, for the command's life",
 }
 SLEEPING_LOOPS_ALLOWED = ("service.http.routes",)  # a stream polls while its client listens
+# The events room has two sides: what stores events (ingestion and its writers, one per
+# event type) and what reads them back (trials, replay, series, worker groups). Neither
+# imports the other, and the reads change nothing: no status move, event log or counter.
+EVENT_WRITE_SIDE = ("service.events.ingest", "service.events.writers")
+EVENT_READ_SIDE = ("service.events.reads",)
+READS_NEVER_IMPORT = ("service.lifecycle", "service.eventlog", "service.telemetry")
 
 
 @dataclass
@@ -326,6 +333,23 @@ def background_loops(tree: Tree) -> list[str]:
     return out
 
 
+def event_side_violations(tree: Tree) -> list[str]:
+    out = []
+    for module, names in sorted(tree.imports.items()):
+        for side, other, never in (
+            (EVENT_WRITE_SIDE, EVENT_READ_SIDE, ()),
+            (EVENT_READ_SIDE, EVENT_WRITE_SIDE, READS_NEVER_IMPORT),
+        ):
+            if not any(_inside(module, m) for m in side):
+                continue
+            for name in sorted(names):
+                if any(_inside(name, m) for m in other):
+                    out.append(f"{module} imports {name}: the events' writers and reads never import each other")
+                elif any(_inside(name, m) for m in never):
+                    out.append(f"{module} imports {name}: the events' reads change nothing")
+    return out
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -359,6 +383,10 @@ def test_the_cluster_contract_is_spelled_in_one_place():
 
 def test_background_work_runs_only_as_periodic_units():
     assert background_loops(read_tree(ROOT)) == []
+
+
+def test_the_events_writers_and_reads_keep_apart():
+    assert event_side_violations(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -536,3 +564,29 @@ def test_planted_background_loops_are_found(tmp_path):
         "service.poller line 2",
         "service.sweeper line 3",
     ]
+
+
+def test_planted_crossings_of_the_events_writers_and_reads_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "service/events/ingest.py": "from service.events.reads.trials import TrialService\n",
+            "service/events/writers/search_events.py": "def f():\n    from service.events.reads import series\n",
+            "service/events/reads/trials.py": "from service.events.writers.batch import Batch\n",
+            "service/events/reads/series.py": "from service import lifecycle\nfrom service.events import rollups\n",
+            "service/events/reads/replay.py": "import service.telemetry.instruments\n",
+            "service/events/reads/worker_groups.py": "from service.events.ingest import Ingest\n",
+            # Allowed: both sides share the room's other modules and the store.
+            "service/events/writers/job_events.py": "from service.events import rollups, limits\nfrom service import lifecycle\n",
+            "service/events/reads/__init__.py": "from service.db.models import JobRow\n",
+        },
+    )
+    apart, unchanged = "the events' writers and reads never import each other", "the events' reads change nothing"
+    assert {(v.split(" imports ")[0], v.split(": ")[-1]) for v in event_side_violations(tree)} == {
+        ("service.events.ingest", apart),
+        ("service.events.writers.search_events", apart),
+        ("service.events.reads.trials", apart),
+        ("service.events.reads.worker_groups", apart),
+        ("service.events.reads.series", unchanged),
+        ("service.events.reads.replay", unchanged),
+    }

@@ -14,7 +14,7 @@ import pytest
 from api.client import Client
 from api.schemas.events import SUBMISSION_HEADER
 from service.db.event_models import CheckpointRow
-from service.events import series
+from service.events.reads import series
 from service.events.tokens import token_hash
 from service.http.routes.events import MAX_BATCH
 from tests.jobstore import dead_ray, job_service, set_columns, submit

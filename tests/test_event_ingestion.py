@@ -15,7 +15,8 @@ from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import LogChunkRow, MetricRow, TrialRow
 from service.db.models import JobRow
-from service.events import logs, series
+from service.events import logs
+from service.events.reads import series
 from service.jobs import JobService
 from service.settings import Settings
 from tests.conftest import FIXTURES, user_spec
@@ -273,7 +274,7 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
 
 def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(running):
     from api.errors import Conflict
-    from service.events.trials import TrialService
+    from service.events.reads.trials import TrialService
     from tests.attacks import SEARCH
 
     service, _ = running
@@ -284,3 +285,38 @@ def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(r
         with pytest.raises(Conflict) as refused:
             read(job.id)
         assert refused.value.code == "stored_spec_invalid" and "no longer validates" in refused.value.message
+
+
+def test_every_event_type_has_one_writer_and_a_driver_sends_only_tunes_trial_statuses():
+    from typing import get_args
+
+    from api.schemas import TrialEvent, TrialStatus
+    from api.schemas.events import JobEvent
+    from service.events.ingest import WRITERS
+
+    assert set(WRITERS) == set(get_args(get_args(JobEvent)[0]))
+    sent = set(get_args(TrialEvent.model_fields["status"].annotation))
+    assert sent == {s.value for s in TrialStatus} - {TrialStatus.CANCELLED.value}
+    assert {s.value for s in TrialStatus if s.is_live()} == {"PENDING", "RUNNING", "PAUSED"}
+
+
+@pytest.mark.parametrize(
+    "ended, live_reads", [("CANCELLED", "CANCELLED"), ("FAILED", "ERROR"), ("SUCCEEDED", "TERMINATED")]
+)
+def test_a_live_trial_of_an_ended_search_reads_as_the_searchs_end(running, ended, live_reads):
+    from service.events.reads.trials import TrialService
+    from tests.attacks import SEARCH
+
+    service, _ = running
+    job, _ = service.submit(parse_job_spec(SEARCH))
+    set_columns(service, job.id, status="RUNNING", attempt=1)
+    said = {"t0": "RUNNING", "t1": "TERMINATED", "t2": "PAUSED", "t3": "ERROR", "t4": "PENDING"}
+    events = [
+        {"type": "trial", "seq": i, "ts": 1.0, "trial_id": t, "status": st} for i, (t, st) in enumerate(said.items())
+    ]
+    service.ingest(job.id, events)
+    trials = TrialService(service.sessions)
+    assert {t.trial_id: t.status for t in trials.trials(job.id)} == said  # the search still runs
+    set_columns(service, job.id, status=ended)
+    read = {t.trial_id: t.status for t in trials.trials(job.id)}
+    assert read == {"t0": live_reads, "t1": "TERMINATED", "t2": live_reads, "t3": "ERROR", "t4": live_reads}

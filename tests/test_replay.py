@@ -1,4 +1,4 @@
-"""The best trial's schedule from a PBT lineage (service.events.replay): whose weights a trial
+"""The best trial's schedule from a PBT lineage (service.events.reads.replay): whose weights a trial
 held when, and the spec that replays them. Pure: no Ray, no server."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from api.client import Client
 from api.errors import Conflict, NotFound
 from api.schemas import TrainSpec, parse_job_spec
-from service.events.replay import Exploit, replay_spec, segments
+from service.events.reads.replay import Exploit, replay_spec, segments
 
 
 def exploit(seq: int, trial: str, donor: str, at: int, old: float, new: float, **extra) -> Exploit:
@@ -145,7 +145,7 @@ def test_replay_over_rest_refuses_what_is_not_a_finished_search(server):
 
 
 def test_a_lineage_deeper_than_the_cap_is_409_with_a_code():
-    from service.events.replay import MAX_LINEAGE
+    from service.events.reads.replay import MAX_LINEAGE
 
     chain = [
         exploit(n - i, f"t{i}", f"t{i + 1}", n - i, old=0.1, new=0.01) for n in [MAX_LINEAGE + 1] for i in range(n)

@@ -62,7 +62,7 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
     from sqlalchemy import create_engine, text
 
     from service.db.engine import make_sessionmaker
-    from service.events import series
+    from service.events.reads import series
 
     url = database_url
     cfg = Config()
@@ -114,7 +114,7 @@ def test_event_bounds_migration_counts_and_cuts_what_was_stored(database_url):
     from sqlalchemy import create_engine, text
 
     from service.db.engine import make_engine, make_sessionmaker
-    from service.events.trials import best_report
+    from service.events.reads.trials import best_report
 
     cfg = Config()
     cfg.set_main_option("script_location", "service:migrations")

@@ -32,6 +32,7 @@ from api.schemas import (
     MetricEvent,
     TrialEvent,
     TrialMetricEvent,
+    TrialStatus,
     jsonable,
 )
 from api.schemas.trials import better, metric_value
@@ -227,12 +228,12 @@ class SearchCallback(tune.Callback):
             if self.sent.get(trial.trial_id) != state:
                 self.sent[trial.trial_id] = state
                 error = None
-                if trial.status == "ERROR":
+                if trial.status == TrialStatus.ERROR:
                     error = self.errors.get(trial.trial_id) or _error_text(trial)
                 self.out.trial(trial.trial_id, trial.status, state[1], error)
         # A paused or pending trial is a clone restarting (the whole population runs at
         # once when trials are aligned): it will be back, so it counts as running.
-        running = sorted(t.trial_id for t in trials if t.status in ("RUNNING", "PENDING", "PAUSED"))
+        running = sorted(t.trial_id for t in trials if TrialStatus(t.status).is_live())
         if self.population is not None and running != self.running:
             self.running = running
             self.population.set_running.remote(running)

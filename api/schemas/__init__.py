@@ -28,6 +28,7 @@ from api.schemas.common import (
     Labels,
     NonNegInt64,
     Strict,
+    TrialStatus,
 )
 from api.schemas.data import DataSpec, DigitsData, SyntheticData, TabularData, TextData
 from api.schemas.events import (

@@ -1,5 +1,5 @@
 """What every part of the contract shares: the strict base model, the bounds on names,
-labels and integers, the job status and failure-cause enums, and the error body."""
+labels and integers, the job and trial status enums, the failure-cause enum, and the error body."""
 
 from __future__ import annotations
 
@@ -81,6 +81,25 @@ class JobStatus(str, enum.Enum):
 
     def is_terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class TrialStatus(str, enum.Enum):
+    """A search trial's status: Ray Tune's five, which the search's driver sends, and
+    CANCELLED, which the server reads a live trial of a cancelled search as."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    # PBT paused it to clone another trial's weights, or it waits its turn: it will be back.
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    def is_live(self) -> bool:
+        return self in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+
+    def is_terminal(self) -> bool:
+        return not self.is_live()
 
 
 class FailureCause(str, enum.Enum):

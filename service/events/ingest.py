@@ -1,14 +1,14 @@
-"""What running jobs report, taken in: one ``match`` over the typed events of
-``api.schemas.events``, from either channel (the ``RAYDOCK_EVENT`` log lines the monitor
-reads, and the HTTP push).
+"""What running jobs report, taken in: the typed events of ``api.schemas.events``, from
+either channel (the ``RAYDOCK_EVENT`` log lines the monitor reads, and the HTTP push),
+each stored by its type's writer (``service/events/writers/``, one per event type).
 
 Events are data, not trust. Each is validated (``parse_event``); one that does not
 validate, names a path outside the job's own storage prefix, or does not belong to the
 job's kind is dropped and counted on the job (``dropped_events``, ``last_dropped_reason``),
 never raised. Events of a job that is not running (ended, or queued for its next
 attempt) are ignored: a push carries the token of the attempt that sent it and names its
-Ray submission id, and a new attempt gets a new token (``service/events/tokens.py``). Every stored event is keyed by ``(job, attempt, src_seq)``
-and stored once.
+Ray submission id, and a new attempt gets a new token (``service/events/tokens.py``).
+Every stored event is keyed by ``(job, attempt, src_seq)`` and stored once.
 
 Both channels hand over many events at once (a log read, a pushed batch), taken in one
 transaction: the keys a batch already has are read with one indexed query per table,
@@ -23,15 +23,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.exc import DataError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
 import service.telemetry.instruments as instruments
-from api.schemas import FailureCause, JobStatus
+from api.schemas import JobStatus
 from api.schemas.events import (
     MARKER,
     BestTrialEvent,
@@ -47,15 +47,12 @@ from api.schemas.events import (
     WorkerFailureEvent,
     WorkerGroupEvent,
 )
-from service import lifecycle
-from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
-from service.db.models import JobRow, count
-from service.eventlog.log import job_may_log, record
-from service.events import limits, logs, phases
-from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
-from service.events.limits import Dropped, EventLimits, room
+from service.db.models import JobRow
+from service.events import logs
+from service.events.limits import Dropped, EventLimits
 from service.events.push import parse_all
-from service.files import storage
+from service.events.writers import job_events, search_events
+from service.events.writers.batch import Batch
 
 RECEIVING = (
     JobStatus.STARTING.value,
@@ -65,6 +62,24 @@ RECEIVING = (
 )
 MAX_LINE = 1 << 20  # an event line longer than this is dropped unread
 MAX_REASON = 300
+
+Writer = Callable[[Batch, Any], None]
+# Who stores each event type (service/events/writers/): a writer checks its event before
+# its first write, so one it refuses (Dropped, or a value out of bounds) leaves nothing.
+WRITERS: dict[type, Writer] = {
+    StartedEvent: job_events.started,
+    MetricEvent: job_events.metric,
+    PhaseEvent: job_events.phase,
+    CheckpointEvent: job_events.checkpoint,
+    WorkerFailureEvent: job_events.worker_failure,
+    ErrorEvent: job_events.error,
+    ResultEvent: job_events.result,
+    WorkerGroupEvent: job_events.worker_group,
+    TrialMetricEvent: search_events.trial_metric,
+    TrialEvent: search_events.trial,
+    ExploitEvent: search_events.exploit,
+    BestTrialEvent: search_events.best_trial,
+}
 
 
 def parse_log_events(text: str) -> list[Any]:
@@ -153,12 +168,10 @@ class Ingest:
                 for exc in refused:
                     self._drop(job, exc)
                 dropped = len(refused)
-                batch = Batch(s, job, parsed, self.limits)
+                batch = Batch(s, job, parsed, self.limits, push=push, storage_path=self.storage_path)
                 for event in parsed:
                     try:
-                        # Every check of an event comes before its first write: a refused
-                        # event leaves nothing behind.
-                        self._apply(s, job, event, push, batch)
+                        WRITERS[type(event)](batch, event)
                         taken += 1
                     except (ValidationError, Dropped, ValueError, TypeError, OverflowError) as exc:
                         self._drop(job, exc)
@@ -174,133 +187,6 @@ class Ingest:
     def _drop(job: JobRow, exc: Exception) -> None:
         job.dropped_events = (job.dropped_events or 0) + 1
         job.last_dropped_reason = _reason(exc)
-
-    # ------------------------------------------------------------------ one event
-
-    def _own_path(self, job: JobRow, path: str | None, whole: bool = False) -> str | None:
-        if path is not None and not storage.owned(path, storage.job_prefix(self.storage_path, job.id), whole=whole):
-            raise Dropped(f"path {path[:200]!r} is outside the job's storage prefix (or in its {storage.LAUNCH_DIR}/)")
-        return path
-
-    def _apply(self, s: Session, job: JobRow, event: Any, push: bool, batch: Batch) -> None:
-        match event:
-            case StartedEvent():
-                if job.status == JobStatus.STARTING.value:
-                    lifecycle.transition(s, job, JobStatus.RUNNING, reason="driver started")
-            case MetricEvent():
-                metric(s, job, event, push, batch)
-            case PhaseEvent():
-                phases.take(job, event)
-            case CheckpointEvent():
-                path = self._own_path(job, event.path)
-                if count(s, CheckpointRow, CheckpointRow.job_id == job.id, CheckpointRow.path == path):
-                    return
-                room(self.limits, job, "checkpoints")
-                limits.stored(job, "checkpoints")
-                m = event.metrics
-                s.add(
-                    CheckpointRow(
-                        job_id=job.id,
-                        attempt=job.attempt,
-                        path=path,
-                        step=as_int(m.get("step")),
-                        epoch=as_int(m.get("epoch")),
-                        values=m,
-                    )
-                )
-                if job_may_log(job, self.limits.log_events):
-                    step, epoch = as_int(m.get("step")), as_int(m.get("epoch"))
-                    record(s, "checkpointed", job_id=job.id, attempt=job.attempt, path=path, step=step, epoch=epoch)
-            case WorkerFailureEvent():
-                limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
-                instruments.worker_restarted()
-                if job_may_log(job, self.limits.log_events):
-                    record(s, "retried", job_id=job.id, attempt=job.attempt, reason=event.reason)
-            case ErrorEvent():
-                # Recorded now; the status follows when Ray reports the driver's exit.
-                lifecycle.record_cause(job, FailureCause(event.cause), f"{event.message}\n\n{event.traceback}".strip())
-            case ResultEvent():
-                self._own_path(job, event.path, whole=True)  # a run's directory is the job's prefix
-                if event.metrics and not job.latest_metrics:
-                    job.latest_metrics = event.metrics
-            case WorkerGroupEvent():
-                if batch.seen(WorkerGroupRow, event.seq):
-                    return
-                room(self.limits, job, "worker_groups")
-                self._log_resize(s, job, event.world_size)  # before the new row: it compares with the last
-                s.add(
-                    WorkerGroupRow(
-                        job_id=job.id,
-                        attempt=job.attempt,
-                        src_seq=event.seq,
-                        ts=event.ts,
-                        seq=job.worker_groups_stored,
-                        world_size=event.world_size,
-                        nodes=[n.model_dump() for n in event.nodes],
-                    )
-                )
-                batch.stored_now(WorkerGroupRow, event.seq)
-                job.worker_groups_stored += 1
-            case TrialMetricEvent() | TrialEvent() | ExploitEvent() | BestTrialEvent() if job.kind != "tune":
-                raise Dropped(f"a {job.kind} job sent a search event ({event.type})")
-            case TrialMetricEvent():
-                trial_metric(s, job, event, batch)
-            case TrialEvent():
-                row = trial_row(s, job, event.trial_id, batch)
-                if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
-                    return  # a late, older status must not roll the trial back
-                row.event_attempt, row.event_seq = job.attempt, event.seq
-                if event.status == "RUNNING" and row.started_ts is None:
-                    row.started_ts = event.ts  # its start-up counts from here (first_metric_s)
-                row.status, row.config = event.status, event.config or row.config
-                if event.error:
-                    row.error = event.error
-                if event.note:
-                    row.note = event.note
-            case ExploitEvent():
-                self._own_path(job, event.checkpoint_path)
-                if batch.seen(ExploitRow, event.seq):
-                    return
-                room(self.limits, job, "exploits")
-                trial = trial_row(s, job, event.trial_id, batch)
-                batch.stored_now(ExploitRow, event.seq)
-                limits.stored(job, "exploits")
-                s.add(
-                    ExploitRow(
-                        job_id=job.id,
-                        attempt=job.attempt,
-                        src_seq=event.seq,
-                        ts=event.ts,
-                        trial_id=event.trial_id,
-                        donor_trial_id=event.donor_trial_id,
-                        donor_time=event.donor_time,
-                        trial_time=event.trial_time,
-                        donor_metric=event.donor_metric,
-                        old_config=event.old_config,
-                        donor_config=event.donor_config,
-                        new_config=event.new_config,
-                        checkpoint_path=event.checkpoint_path,
-                    )
-                )
-                trial.exploits += 1
-            case BestTrialEvent():
-                self._own_path(job, event.checkpoint_path)
-                row = s.get(SearchResultRow, job.id) or SearchResultRow(job_id=job.id)
-                row.attempt, row.trial_id, row.value = job.attempt, event.trial_id, event.value
-                row.config, row.values, row.checkpoint_path = event.config, event.metrics, event.checkpoint_path
-                s.add(row)
-                job.latest_metrics = {**event.metrics, "trial_id": event.trial_id}
-
-    def _log_resize(self, s: Session, job: JobRow, world_size: int) -> None:
-        """A worker group of another size than the attempt's last one: ``resized``."""
-        last = s.scalar(
-            select(WorkerGroupRow.world_size)
-            .where(WorkerGroupRow.job_id == job.id, WorkerGroupRow.attempt == job.attempt)
-            .order_by(WorkerGroupRow.seq.desc())
-            .limit(1)
-        )
-        if last is not None and last != world_size and job_may_log(job, self.limits.log_events):
-            record(s, "resized", job_id=job.id, attempt=job.attempt, **{"from": last, "to": world_size})
 
 
 def _reason(exc: Exception) -> str:

@@ -4,7 +4,7 @@ min and max over the block, at a few block sizes (level 1: 16 reports, each leve
 
 Ingestion adds a batch's reports to the blocks they fall in, in the same transaction as
 the reports (``add``), so a block holding only reports up to a stored seq is final. A
-downsampled series (``service/events/series.py``) reads whole blocks of one level for the bulk of
+downsampled series (``service/events/reads/series.py``) reads whole blocks of one level for the bulk of
 its range and a few smaller blocks and reports at its ends (``cover``), so its cost
 follows the points it answers with, not the series' length.
 

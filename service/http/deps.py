@@ -20,7 +20,7 @@ from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
-from service.events.trials import TrialService
+from service.events.reads.trials import TrialService
 from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate
 from service.http.follow import Follow

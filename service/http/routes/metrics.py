@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from api.errors import NotFound
 from api.schemas import MetricPoint
-from service.events import series
+from service.events.reads import series
 from service.http.deps import ExistingJobId, JobId, Jobs, Since, StreamFollow
 from service.http.openapi import errors
 

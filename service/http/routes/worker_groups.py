@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.schemas import WorkerGroupPublic
-from service.events.worker_groups import worker_groups
+from service.events.reads.worker_groups import worker_groups
 from service.http.deps import JobId, Store
 from service.http.openapi import errors
 

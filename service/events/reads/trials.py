@@ -1,6 +1,7 @@
 """The trials of hyperparameter searches (``kind: tune`` jobs) read back: trials, a
 trial's metric series, PBT lineage and the best trial. Their rows live in
-``service.db.models``; ``service.events.ingest`` stores a search's events into them.
+``service.db.event_models``; ``service/events/writers/search_events.py`` stores a search's events
+into them.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from api.schemas import (
     TrialCheckpoint,
     TrialMetricPoint,
     TrialPublic,
+    TrialStatus,
     TuneSpec,
 )
 from api.schemas.trials import better, metric_value
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
-from service.events.replay import Exploit, replay_spec
+from service.events.reads.replay import Exploit, replay_spec
 from service.stored.specs import stored_search
-
-LIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
-
 
 # ----------------------------------------------------------------------------- reads
 
@@ -130,7 +129,7 @@ class TrialService:
             )
 
     def replay(self, job_id: str) -> TrainSpec:
-        """The best trial of a finished search as a ``kind: train`` spec (``service.events.replay``)."""
+        """The best trial of a finished search as a ``kind: train`` spec (``service.events.reads.replay``)."""
         with self.sessions() as s:
             job = self._search(s, job_id)
             final = s.get(SearchResultRow, job_id)
@@ -191,17 +190,22 @@ def best_report(s: Session, job_id: str, metric: str | None, mode: str | None) -
     return best
 
 
+_ENDED_AS = {JobStatus.CANCELLED: TrialStatus.CANCELLED, JobStatus.FAILED: TrialStatus.ERROR}
+
+
 def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
-    status = r.status
+    status = TrialStatus(r.status)
     job_status = JobStatus(job.status)
-    if status in LIVE_STATUSES and job_status.is_terminal():
+    if status.is_live() and job_status.is_terminal():
         # The driver ended (cancel, failure) before it could say: the job's end is the trial's.
-        status = {JobStatus.CANCELLED: "CANCELLED", JobStatus.FAILED: "ERROR"}.get(job_status, "TERMINATED")
+        status = _ENDED_AS.get(job_status, TrialStatus.TERMINATED)
     amount = search.budget_amount
-    stopped_early = status == "TERMINATED" and amount is not None and r.last_time is not None and r.last_time < amount
+    stopped_early = (
+        status == TrialStatus.TERMINATED and amount is not None and r.last_time is not None and r.last_time < amount
+    )
     return TrialPublic(
         trial_id=r.trial_id,
-        status=status,
+        status=status.value,
         config=r.config or {},
         reports=r.reports,
         last_metrics=r.last_metrics,

@@ -1,9 +1,9 @@
 """A job's worker groups read back: its worker count and placement over time.
 
 A job's driver sends a ``worker_group`` event each time Ray Train starts its workers
-(the first start, every resize of an elastic job, every restart after a failure);
-``service.events.ingest`` stores each once and ``worker_groups`` reads them back as the job's
-worker count and placement over time. What an elastic job holds on the cluster is
+(the first start, every resize of an elastic job, every restart after a failure); its
+writer (``service/events/writers/job_events.py``) stores each once and ``worker_groups`` reads
+them back as the job's worker count and placement over time. What an elastic job holds on the cluster is
 admission's (``service.scheduling.admission.holds``).
 """
 
