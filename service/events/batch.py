@@ -20,7 +20,8 @@ from service import lifecycle
 from service.db.event_models import ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import EventKey, JobRow
 from service.events import limits, phases, rollups
-from service.events.limits import EventLimits, room
+from service.events.limits import room
+from service.settings.events import EventSettings
 from service.stored.specs import stored_search
 
 KEY_BATCH = 500  # event keys looked up per query
@@ -37,7 +38,7 @@ class Batch:
     """What one transaction of events knows: the keys already stored (read once per
     table, for the seqs the batch holds) and the metric rows to insert together."""
 
-    def __init__(self, s: Session, job: JobRow, events: list[Any], limits: EventLimits):
+    def __init__(self, s: Session, job: JobRow, events: list[Any], limits: EventSettings):
         self.s, self.job, self.limits = s, job, limits
         self.wanted: defaultdict[type[EventKey], set[int]] = defaultdict(set)
         for e in events:

@@ -53,9 +53,10 @@ from service.db.models import JobRow, count
 from service.eventlog.log import job_may_log, record
 from service.events import limits, logs, phases
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
-from service.events.limits import Dropped, EventLimits, room
+from service.events.limits import Dropped, room
 from service.events.push import parse_all
 from service.files import storage
+from service.settings.events import EventSettings
 
 RECEIVING = (
     JobStatus.STARTING.value,
@@ -94,13 +95,12 @@ class Ingest:
         self,
         sessions: sessionmaker,
         storage_path: str,
-        max_log_bytes: int = 64 << 20,
-        limits: EventLimits | None = None,
+        limits: EventSettings | None = None,
     ):
         self.sessions = sessions
-        self.limits = limits or EventLimits()
+        self.limits = limits or EventSettings()
         self.storage_path = storage_path
-        self.max_log_bytes = max_log_bytes
+        self.max_log_bytes = self.limits.max_log_bytes
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
     def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:
@@ -208,13 +208,13 @@ class Ingest:
                         values=m,
                     )
                 )
-                if job_may_log(job, self.limits.log_events):
+                if job_may_log(job, self.limits.max_log_events_per_job):
                     step, epoch = as_int(m.get("step")), as_int(m.get("epoch"))
                     record(s, "checkpointed", job_id=job.id, attempt=job.attempt, path=path, step=step, epoch=epoch)
             case WorkerFailureEvent():
-                limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.restarts_kept)
+                limits.add_restart(job, job.attempt, event.ts, event.reason, self.limits.max_restarts_kept)
                 instruments.worker_restarted()
-                if job_may_log(job, self.limits.log_events):
+                if job_may_log(job, self.limits.max_log_events_per_job):
                     record(s, "retried", job_id=job.id, attempt=job.attempt, reason=event.reason)
             case ErrorEvent():
                 # Recorded now; the status follows when Ray reports the driver's exit.
@@ -299,7 +299,7 @@ class Ingest:
             .order_by(WorkerGroupRow.seq.desc())
             .limit(1)
         )
-        if last is not None and last != world_size and job_may_log(job, self.limits.log_events):
+        if last is not None and last != world_size and job_may_log(job, self.limits.max_log_events_per_job):
             record(s, "resized", job_id=job.id, attempt=job.attempt, **{"from": last, "to": world_size})
 
 
