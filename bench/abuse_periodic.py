@@ -45,7 +45,7 @@ def _raydock_threads() -> set[str]:
 
 
 def failing_beside_healthy(root: Path) -> None:
-    settings = Settings(data_dir=root / "d", RAYDOCK_WEBHOOKS=json.dumps(HOOKS))
+    settings = Settings(storage={"data_dir": root / "d"}, webhooks={"webhooks_raw": json.dumps(HOOKS)})
     good = make_sessionmaker(make_engine(f"sqlite:///{root / 'store.db'}"))
     broken = sessionmaker(create_engine(f"sqlite:///{root / 'empty.db'}"))
     deliverer = Deliverer(settings, good)

@@ -214,7 +214,7 @@ def timed_gets(server: ServerProcess, c: httpx.Client, path: str, params: dict, 
 def tick_figures(database_url: str, data_dir: Path, dead: str) -> tuple[str, str]:
     """One monitor tick on this store: the first (it stores every queue position) and a
     steady one, with the rows each wrote."""
-    settings = Settings(data_dir=data_dir, database_url=database_url, ray_address=dead)
+    settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
     service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
     monitor = Monitor(service)
     engine = service.sessions.kw["bind"]

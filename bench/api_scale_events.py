@@ -67,7 +67,7 @@ class Bench:
         self.server = ServerProcess(data_dir, dead, extra_env=env).start()
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=120)
-        settings = Settings(data_dir=data_dir, database_url=database_url, ray_address=dead)
+        settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
         self.service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
         self.batched = True
 

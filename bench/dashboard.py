@@ -50,7 +50,7 @@ PAINTED = "() => ({ready}) && (window.paintedAt = performance.now())"
 
 def seed_series(database_url: str, data_dir: Path, dead: str, n: int) -> str:
     """A finished job with an n-point series (loss, acc), stored as ingestion stores it."""
-    settings = Settings(data_dir=data_dir, database_url=database_url, ray_address=dead)
+    settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
     service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
     job, _ = service.submit(parse_job_spec(digits_spec(name="long-series", epochs=100)))
     with service.sessions.begin() as s:

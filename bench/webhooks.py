@@ -64,9 +64,10 @@ def deliveries(tmp: Path, n: int, subscriptions: int) -> tuple[float, float, flo
             for i in range(subscriptions)
         ]
         settings = Settings(
-            data_dir=tmp / f"d{subscriptions}", RAYDOCK_WEBHOOKS=json.dumps(hooks), webhook_allow_private=True
+            storage={"data_dir": tmp / f"d{subscriptions}"},
+            webhooks={"webhooks_raw": json.dumps(hooks), "webhook_allow_private": True},
         )
-        sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
+        sessions = make_sessionmaker(make_engine(settings.storage.resolved_database_url))
         deliverer = Deliverer(settings, sessions)
         runner, unit = (
             Runner(),

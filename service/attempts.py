@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -58,10 +57,6 @@ ACTIVE = (
     JobStatus.CANCELLING.value,
     JobStatus.PREEMPTED.value,
 )
-# Test-only faults, named in RAYDOCK_TEST_FAULTS (comma-separated) on the server process:
-# "fail_after_submit" raises once per job between the Ray submit and the database write;
-# "delay_after_submit=<s>" waits there (so a cancel can land during a submit).
-FAULTS_ENV = "RAYDOCK_TEST_FAULTS"
 
 
 def submission_id(job_id: str, attempt: int) -> str:
@@ -90,9 +85,7 @@ class Attempts:
         self.backend = service.backend
         self.settings = service.settings
         self.store_id = store_id
-        faults = dict(f.partition("=")[::2] for f in os.environ.get(FAULTS_ENV, "").split(",") if f)
-        self._fail_after_submit = "fail_after_submit" in faults
-        self._delay_after_submit = float(faults.get("delay_after_submit") or 0)
+        self.faults = self.settings.faults  # test-only (service/settings/faults.py)
         self._faulted: set[str] = set()
 
     # ------------------------------------------------------------------ start
@@ -124,11 +117,13 @@ class Attempts:
         self.confirm(job_id, prepared.submission_id, prepared.attempt, sent)
 
     def _inject_faults(self, job_id: str) -> None:
-        if self._delay_after_submit:
-            time.sleep(self._delay_after_submit)
-        if self._fail_after_submit and job_id not in self._faulted:
+        if self.faults.delay_after_submit:
+            time.sleep(self.faults.delay_after_submit)
+        if self.faults.fail_after_submit and job_id not in self._faulted:
             self._faulted.add(job_id)
-            raise RuntimeError(f"{FAULTS_ENV}: injected failure after the Ray submit of {job_id}")
+            raise RuntimeError(
+                f"{self.faults.env_name('test_faults')}: injected failure after the Ray submit of {job_id}"
+            )
 
     def prepare(self, job_id: str) -> Prepared | None:
         """Fix the attempt's submission id and write its launch file; None when the job
@@ -232,11 +227,11 @@ class Attempts:
             job_id=job_id,
             attempt=attempt,
             submission_id=sid,
-            storage_path=self.settings.resolved_storage_path,
+            storage_path=self.settings.storage.resolved_storage_path,
             # Not its webhooks: the driver has no use for them, and a webhook URL may carry a token
             # that other jobs on the cluster must not read.
             spec={k: v for k, v in spec.items() if k != "notify"},
-            events_url=f"{self.settings.events_base_url}/v1/internal/jobs/{job_id}/events",
+            events_url=f"{self.settings.http.events_base_url}/v1/internal/jobs/{job_id}/events",
             events_token=token,
             local_ranks=resources,
         )
@@ -246,11 +241,11 @@ class Attempts:
         secret: Ray's job list shows these to every job on the cluster."""
         return {
             LAUNCH_URI_ENV: launch_uri,
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(self.settings.train_health_check_interval_s),
-            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.worker_start_timeout_s),
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(self.settings.startup.train_health_check_interval_s),
+            "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.settings.startup.worker_start_timeout_s),
             "RAY_DEDUP_LOGS": "0",
             "PYTHONUNBUFFERED": "1",
-            WARM_IDLE_ENV: str(self.settings.warm_idle_s),  # read by a cold driver that starts the pool
+            WARM_IDLE_ENV: str(self.settings.startup.warm_idle_s),  # read by a cold driver that starts the pool
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
         }
 

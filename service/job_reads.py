@@ -28,7 +28,7 @@ class JobReads:
 
     def prefix(self, job_id: str) -> str:
         """The job's own storage prefix: everything it may write and we may read for it."""
-        return storage.job_prefix(self.settings.resolved_storage_path, job_id)
+        return storage.job_prefix(self.settings.storage.resolved_storage_path, job_id)
 
     def _job(self, s: Session, job_id: str) -> JobRow:
         job = s.get(JobRow, job_id)

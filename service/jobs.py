@@ -39,7 +39,6 @@ from service.db.models import JobRow, count, utcnow
 from service.eventlog import subscriptions
 from service.eventlog.log import SYSTEM, record
 from service.events.ingest import Ingest
-from service.events.limits import EventLimits
 from service.events.push import PushGate, check_search_batch, chunks
 from service.events.tokens import token_matches
 from service.files import storage
@@ -65,9 +64,7 @@ class JobService(JobReads):
     def __init__(self, settings: Settings, sessions: sessionmaker, backend: RayBackend):
         super().__init__(settings, sessions)
         self.backend = backend
-        self.events = Ingest(
-            sessions, settings.resolved_storage_path, settings.max_log_bytes, EventLimits.from_settings(settings)
-        )
+        self.events = Ingest(sessions, settings.storage.resolved_storage_path, settings.events)
         self.pushes = PushGate()  # one post of a job's events in flight (service/events/push.py)
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
@@ -147,7 +144,7 @@ class JobService(JobReads):
         }
         try:
             with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
-                quotas.check_queue_room(s, project, self.settings.default_quota)  # 429 past max_queued
+                quotas.check_queue_room(s, project, self.settings.scheduling.default_quota)  # 429 past max_queued
                 job = job_records.insert_job(s.connection(), row)
                 if (code := code_spec(spec).code) is not None:
                     self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
@@ -330,7 +327,7 @@ class JobService(JobReads):
         if not push:
             self.events.take(job_id, events)
             return
-        check_search_batch(events, self.settings.max_search_events_per_push)
+        check_search_batch(events, self.settings.events.max_search_events_per_push)
         with self.pushes.admit(job_id):
-            for part in chunks(events, self.settings.events_per_transaction):
+            for part in chunks(events, self.settings.events.events_per_transaction):
                 self.events.take(job_id, part, push=True, attempt_of=submission_id)

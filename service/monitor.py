@@ -76,7 +76,7 @@ class Monitor:
         self.sessions = service.sessions
         self.backend = service.backend
         self.settings = service.settings
-        self.interval = service.settings.monitor_interval_s
+        self.interval = service.settings.cluster.monitor_interval_s
         self.attempts = Attempts(service, store_id(service.sessions))
         # Wakes the tick's unit (service/runtime.py points it there): a submit starts at once.
         self.wake: Callable[[], None] = lambda: None
@@ -93,8 +93,8 @@ class Monitor:
             service.sessions,
             service.backend,
             ACTIVE,
-            service.settings.default_quota,
-            service.settings.fair_share_half_life_s,
+            service.settings.scheduling.default_quota,
+            service.settings.scheduling.fair_share_half_life_s,
         )
         self.preemptions = Preemptions(service)
         self._outage = Outage()
@@ -143,7 +143,7 @@ class Monitor:
         with self.sessions.begin() as s:
             now = utcnow()
             usage.accrue_running(s, running, now)
-            usage.bill(s, now, self.settings.fair_share_half_life_s)
+            usage.bill(s, now, self.settings.scheduling.fair_share_half_life_s)
 
     def _follow_failed(self, job_id: str, exc: Exception) -> None:
         n = self._follow_failures.get(job_id, 0) + 1
@@ -168,7 +168,7 @@ class Monitor:
         """A cluster gone for good fails its jobs (history kept); a blip does not. Their
         Ray jobs are stopped by reconciliation once the cluster answers again."""
         self._outage.failed("cannot reach Ray", exc)
-        if time.monotonic() - self._outage.since < self.settings.cluster_lost_after_s:
+        if time.monotonic() - self._outage.since < self.settings.cluster.cluster_lost_after_s:
             return
         with self.sessions.begin() as s:
             for job_id in active:
@@ -179,7 +179,7 @@ class Monitor:
                         job,
                         FailureCause.INFRASTRUCTURE,
                         str(exc),
-                        reason=f"the Ray cluster has been unreachable for {self.settings.cluster_lost_after_s:g}s",
+                        reason=f"the Ray cluster has been unreachable for {self.settings.cluster.cluster_lost_after_s:g}s",
                     )
 
     # ------------------------------------------------------------------ starting jobs

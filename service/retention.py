@@ -51,7 +51,7 @@ class Policy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Policy":
-        return cls(settings.retention_days, settings.retention_max_finished)
+        return cls(settings.retention.retention_days, settings.retention.retention_max_finished)
 
     @property
     def is_set(self) -> bool:

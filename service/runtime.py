@@ -40,45 +40,47 @@ class Runtime:
 
 
 def build_runtime(settings: Settings) -> Runtime:
-    if not settings.is_loopback and not settings.api_token:
+    if not settings.http.is_loopback and not settings.auth.api_token:
         raise SystemExit(
-            f"refusing to listen on {settings.host} without an API token: set RAYDOCK_API_TOKEN "
+            f"refusing to listen on {settings.http.host} without an API token: set RAYDOCK_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>'), or listen on 127.0.0.1"
         )
-    settings.prepare_data_dir()  # 0700, the SQLite file 0600
+    settings.storage.prepare_data_dir()  # 0700, the SQLite file 0600
     head = None
-    address = settings.ray_address
+    address = settings.cluster.ray_address
     if not address:
         head = ensure_head(
-            settings.data_dir / "ray", num_cpus=settings.local_num_cpus, auth_token_path=settings.local_head_token_path
+            settings.storage.data_dir / "ray",
+            num_cpus=settings.cluster.local_num_cpus,
+            auth_token_path=settings.local_head_token_path,
         )
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
-    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
-    bootstrap(sessions, settings.data_dir)  # the first start's admin and its token file
+    sessions = make_sessionmaker(make_engine(settings.storage.resolved_database_url))
+    bootstrap(sessions, settings.storage.data_dir)  # the first start's admin and its token file
     service = JobService(
         settings,
         sessions,
         RayBackend(
             address,
-            autoscaler_config=settings.autoscaler_config,
+            autoscaler_config=settings.cluster.autoscaler_config,
             auth_token=head.auth_token() if head else None,
-            warm_start=settings.warm_start,
+            warm_start=settings.startup.warm_start,
         ),
     )
     monitor = Monitor(service)
     policy = Policy.from_settings(settings)  # the event log's retention is always set: there is always a sweep
     retention = Retention(
         sessions,
-        settings.resolved_storage_path,
+        settings.storage.resolved_storage_path,
         policy,
-        settings.retention_interval_s,
+        settings.retention.retention_interval_s,
         ray=service.backend,
-        event_log_days=settings.event_log_retention_days,
+        event_log_days=settings.retention.event_log_retention_days,
     )
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
-    users = Users(sessions, max_token_ttl_days=settings.max_token_ttl_days)
+    users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)
     runner = units(settings, service, monitor, retention, deliverer)
     return Runtime(settings, service, monitor, head, retention, deliverer, users, Projects(sessions), runner)
 
@@ -90,16 +92,18 @@ def units(
     runner = Runner(observe=instruments.background_ran)  # raydock_background_runs_total{unit,outcome}
     # Follow, reconcile, admit, start, preempt; a submit wakes it (at most one tick per gap).
     tick = runner.add(
-        Periodic("monitor", settings.monitor_interval_s, monitor.tick, min_gap_s=MIN_TICK_GAP_S, max_backoff_s=5.0)
+        Periodic(
+            "monitor", settings.cluster.monitor_interval_s, monitor.tick, min_gap_s=MIN_TICK_GAP_S, max_backoff_s=5.0
+        )
     )
     monitor.wake = service.on_submit = tick.wake
     runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account))
     runner.add(Periodic("code-collection", lambda: service.code.collect_every_s, service.code.collect))
     runner.add(Periodic("warm-pool", service.backend.pool.refresh_s, service.backend.refresh_warm_pool))
-    runner.add(Periodic("retention", settings.retention_interval_s, retention.sweep))
+    runner.add(Periodic("retention", settings.retention.retention_interval_s, retention.sweep))
     # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
     exporter = Exporter(service.sessions, settings)
-    runner.add(Periodic("tracking-export", settings.tracking_interval_s, exporter.export_once))
+    runner.add(Periodic("tracking-export", settings.tracking.tracking_interval_s, exporter.export_once))
     # Webhooks: their posts run side by side on a loop of their own (their lanes are the deliverer's).
     runner.add(Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose))
     return runner

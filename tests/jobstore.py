@@ -24,7 +24,7 @@ def dead_ray() -> str:
 
 def job_service(database_url: str, data_dir: Path) -> JobService:
     address = dead_ray()
-    settings = Settings(data_dir=data_dir, database_url=database_url, ray_address=address)
+    settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": address})
     return JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(address, timeout_s=2))
 
 

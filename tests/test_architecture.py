@@ -1,9 +1,9 @@
 """The layout is a test: imports flow one way, no module imports itself back, the
 contract stays light, Ray internals have one seam, modules stay small, the names the
-server and the cluster share are spelled only in ``api.cluster_contract``, and the
+server and the cluster share are spelled only in ``api.cluster_contract``, the
 server's background work is periodic units run by ``service.background`` (no thread or
-sleeping loop of its own elsewhere), and the events' writers and reads never import each
-other.
+sleeping loop of its own elsewhere), the events' writers and reads never import each
+other, and the server reads its environment only through ``service.settings``.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -93,6 +93,8 @@ SERVICE_ROOMS: dict[str, set[str]] = {
     },
     # Background work is units and their runner: the composition root hands each unit its step.
     "service.background": set(),
+    # The settings' sections read the environment and import nothing else of the server.
+    "service.settings": set(),
     # The dashboard's pages are served without the API token, so they hold no data: the room
     # reads nothing of the server; the browser asks /v1 for every number, with the token.
     "service.dashboard": set(),
@@ -126,6 +128,16 @@ SLEEPING_LOOPS_ALLOWED = ("service.http.routes",)  # a stream polls while its cl
 EVENT_WRITE_SIDE = ("service.events.ingest", "service.events.writers")
 EVENT_READ_SIDE = ("service.events.reads",)
 READS_NEVER_IMPORT = ("service.lifecycle", "service.eventlog", "service.telemetry")
+# The server reads its environment through service.settings (typed sections, each bound
+# once). These modules read it too, each for a library's own variables, not raydock's.
+SETTINGS_ROOM = "service.settings"
+ENV_READERS_ALLOWED = {
+    "service.cluster.local_cluster": "the Ray head it starts inherits an allowlisted part of this process's environment",
+    "service.cluster.ray_backend": "Ray's own token variables (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH), read as Ray's client reads them",
+    "service.code.user_code": "RAY_RUNTIME_ENV_IGNORE_GITIGNORE, read as Ray's packaging reads it when it ships the same files",
+    "service.tracking.mlflow_runs": "MLflow's HTTP retry variables, set where the operator left them unset",
+}
+ENV_READS = frozenset({"environ", "environb", "getenv", "getenvb"})
 
 
 @dataclass
@@ -134,6 +146,7 @@ class Tree:
     lines: dict[str, int] = field(default_factory=dict)
     literals: dict[str, set[str]] = field(default_factory=dict)  # module -> its string constants
     loops: dict[str, list[str]] = field(default_factory=dict)  # module -> its threads and sleeping loops
+    env_reads: dict[str, list[str]] = field(default_factory=dict)  # module -> where it reads os.environ
 
 
 def read_tree(root: Path, packages=PACKAGES) -> Tree:
@@ -153,7 +166,23 @@ def read_tree(root: Path, packages=PACKAGES) -> Tree:
                 n.value for n in ast.walk(parsed) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             }
             tree.loops[module] = _loops(parsed)
+            tree.env_reads[module] = _env_reads(parsed)
     return tree
+
+
+def _env_reads(node: ast.AST) -> list[str]:
+    """Where a module reads the process environment: ``os.environ`` / ``os.getenv`` (``os``
+    under any name), or ``environ`` / ``getenv`` imported from ``os``."""
+    os_names = {
+        a.asname or a.name for n in ast.walk(node) if isinstance(n, ast.Import) for a in n.names if a.name == "os"
+    }
+    out = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in ENV_READS and getattr(n.value, "id", None) in os_names:
+            out.append(f"line {n.lineno}: os.{n.attr}")
+        elif isinstance(n, ast.ImportFrom) and n.module == "os" and not n.level:
+            out.extend(f"line {n.lineno}: os.{a.name}" for a in n.names if a.name in ENV_READS)
+    return out
 
 
 def _loops(node: ast.AST) -> list[str]:
@@ -350,6 +379,15 @@ def event_side_violations(tree: Tree) -> list[str]:
     return out
 
 
+def environment_reads(tree: Tree) -> list[str]:
+    return [
+        f"{module} {where}: read it through service.settings (a field of its section)"
+        for module, found in sorted(tree.env_reads.items())
+        if _inside(module, "service") and not _inside(module, SETTINGS_ROOM) and module not in ENV_READERS_ALLOWED
+        for where in found
+    ]
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -387,6 +425,10 @@ def test_background_work_runs_only_as_periodic_units():
 
 def test_the_events_writers_and_reads_keep_apart():
     assert event_side_violations(read_tree(ROOT)) == []
+
+
+def test_the_server_reads_its_environment_through_settings():
+    assert environment_reads(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -538,6 +580,28 @@ def test_planted_violations_of_the_scheduling_files_and_stored_rooms_are_found(t
         "service.stored.phases",
         "service.tenancy.usage",
     }
+
+
+def test_planted_environment_reads_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            "service/attempts.py": 'import os\nfaults = os.environ.get("RAYDOCK_TEST_FAULTS", "")\n',
+            "service/http/app.py": 'from os import getenv\nopen_docs = getenv("RAYDOCK_OPEN_DOCS")\n',
+            "service/monitor.py": 'import os as _os\ndef tick():\n    return _os.getenv("RAYDOCK_MONITOR_INTERVAL_S")\n',
+            # The settings' sections read it; a named library variable may be read; prose is no read.
+            "service/settings/faults.py": 'import os\nfaults = os.environ.get("RAYDOCK_TEST_FAULTS")\n',
+            "service/cluster/ray_backend.py": 'import os\ntoken = os.environ.get("RAY_AUTH_TOKEN")\n',
+            "service/jobs.py": '"""Reads nothing of os.environ."""\nimport os\npath = os.path.join("a", "b")\n',
+            "service/settings/storage.py": "from service.files import storage\n",
+        },
+    )
+    assert environment_reads(tree) == [
+        "service.attempts line 2: os.environ: read it through service.settings (a field of its section)",
+        "service.http.app line 1: os.getenv: read it through service.settings (a field of its section)",
+        "service.monitor line 3: os.getenv: read it through service.settings (a field of its section)",
+    ]
+    assert {v.split(" imports ")[0] for v in room_violations(tree)} == {"service.settings.storage"}
 
 
 def test_planted_background_loops_are_found(tmp_path):

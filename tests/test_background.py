@@ -32,7 +32,7 @@ def _count(unit: str, outcome: str) -> float:
 
 
 def test_a_failing_unit_is_counted_and_never_stops_another(tmp_path):
-    settings = Settings(data_dir=tmp_path, RAYDOCK_WEBHOOKS=json.dumps(HOOKS))
+    settings = Settings(storage={"data_dir": tmp_path}, webhooks={"webhooks_raw": json.dumps(HOOKS)})
     good = make_sessionmaker(make_engine(f"sqlite:///{tmp_path / 'store.db'}"))
     broken = sessionmaker(create_engine(f"sqlite:///{tmp_path / 'empty.db'}"))  # a store without its tables
     failing = Periodic("tracking-export-broken", 0.01, Exporter(broken, settings).export_once, budget=2)

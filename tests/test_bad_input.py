@@ -106,5 +106,9 @@ def test_unknown_job_routes_are_404(server):
 
 def test_server_refuses_public_address_without_token(tmp_path):
     with pytest.raises(SystemExit) as excinfo:
-        build_runtime(Settings(host="0.0.0.0", data_dir=tmp_path, ray_address="http://127.0.0.1:1"))
+        build_runtime(
+            Settings(
+                http={"host": "0.0.0.0"}, storage={"data_dir": tmp_path}, cluster={"ray_address": "http://127.0.0.1:1"}
+            )
+        )
     assert "RAYDOCK_API_TOKEN" in str(excinfo.value)

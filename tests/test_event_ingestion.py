@@ -247,7 +247,9 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
     # A user loop that reports its epoch and step within every epoch: each report is a
     # different number on each axis, so a trial read by the wrong unit shows.
     settings = Settings(
-        data_dir=tmp_path, database_url=database_url, ray_address=dead_ray(), code_root=str(FIXTURES / "usercode")
+        storage={"data_dir": tmp_path, "database_url": database_url},
+        cluster={"ray_address": dead_ray()},
+        code={"code_root": str(FIXTURES / "usercode")},
     )
     service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead_ray(), timeout_s=2))
     search = {

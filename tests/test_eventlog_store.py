@@ -187,7 +187,9 @@ def test_the_fan_out_makes_each_delivery_once_and_waits_for_late_commits(session
     from service.settings import Settings
 
     hooks = [{"name": "ops", "url": "https://hooks.example.com/x", "events": ["*"], "secret": "s" * 16}]
-    deliverer = Deliverer(Settings(data_dir=tmp_path, RAYDOCK_WEBHOOKS=json.dumps(hooks)), sessions)
+    deliverer = Deliverer(
+        Settings(storage={"data_dir": tmp_path}, webhooks={"webhooks_raw": json.dumps(hooks)}), sessions
+    )
     with sessions.begin() as s:
         s.execute(delete(ServerMetaRow).where(ServerMetaRow.key == CURSOR_KEY))
         ids = [record(s, "code_uploaded", n=i) for i in range(3)]

@@ -104,12 +104,12 @@ def test_a_fixed_ddp_job_runs_as_local_ranks_and_what_needs_ray_train_does_not()
 
 def test_the_driver_holds_every_worker_when_one_node_fits_them_and_nothing_otherwise():
     two_cpus = _spec(scaling={"num_workers": 2, "cpus_per_worker": 1, "memory_per_worker": "1GiB"})
-    on = Settings(local_ranks=True)
+    on = Settings(startup={"local_ranks": True})
     fits = _Backend(_cluster({"CPU": 4, "memory": 8 * 2**30}))
     assert planned(two_cpus, on, fits) == {"CPU": 2.0, "memory": 2.0 * 2**30}
     # Two nodes of 1 CPU hold the workers between them but not on one: worker actors.
     assert planned(two_cpus, on, _Backend(_cluster({"CPU": 1}, {"CPU": 1}))) is None
-    assert planned(two_cpus, Settings(local_ranks=False), fits) is None
+    assert planned(two_cpus, Settings(startup={"local_ranks": False}), fits) is None
     assert planned(_spec(scaling={"num_workers": {"min": 1, "max": 2}}), on, fits) is None
     gpus = TrainSpec.model_validate(
         digits_spec(scaling={"num_workers": 2, "use_gpu": True, "accelerator_type": "H100"})

@@ -71,7 +71,7 @@ def rows_of(service, job_ids: list[str]) -> int:
 
 def test_retention_by_age_deletes_exactly_the_old_finished_jobs_with_their_rows_and_files(service):
     jobs = history(service)
-    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7))
+    retention = Retention(service.sessions, service.settings.storage.resolved_storage_path, Policy(days=7))
     doomed, total = retention.due()
     names = ["old_cancelled", "old_ok", "old_failed"]  # oldest first
     assert [d.id for d in doomed] == [jobs[n] for n in names] and total == 3
@@ -90,23 +90,26 @@ def test_retention_by_count_keeps_the_newest_finished_and_never_touches_active_j
     jobs = history(service)
     same = utcnow() - timedelta(days=3)
     set_columns(service, [jobs["recent_ok"], jobs["recent_failed"]], finished_at=same)  # a tie: the id decides
-    keep_two = Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=2))
+    keep_two = Retention(service.sessions, service.settings.storage.resolved_storage_path, Policy(max_finished=2))
     newest_two = sorted([jobs["recent_ok"], jobs["recent_failed"]])
     doomed, total = keep_two.due()
     assert total == 3 and {d.id for d in doomed} == {jobs["old_ok"], jobs["old_failed"], jobs["old_cancelled"]}
 
-    keep_one = Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=1))
+    keep_one = Retention(service.sessions, service.settings.storage.resolved_storage_path, Policy(max_finished=1))
     assert keep_one.sweep() == 4
     assert remaining(service) == {newest_two[1], jobs["running"], jobs["queued"], jobs["resumed"]}
     assert (
-        Retention(service.sessions, service.settings.resolved_storage_path, Policy(max_finished=0, days=1)).sweep() == 1
+        Retention(
+            service.sessions, service.settings.storage.resolved_storage_path, Policy(max_finished=0, days=1)
+        ).sweep()
+        == 1
     )
     assert remaining(service) == {jobs["running"], jobs["queued"], jobs["resumed"]}
 
 
 def test_a_job_resumed_after_it_was_picked_is_not_deleted(service):
     jobs = history(service)
-    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7))
+    retention = Retention(service.sessions, service.settings.storage.resolved_storage_path, Policy(days=7))
     picked = [d.id for d in retention.due()[0]]
     set_columns(service, jobs["old_ok"], status="QUEUED")  # resumed between the pick and the delete
     assert set(retention.delete_batch(picked)) == {jobs["old_failed"], jobs["old_cancelled"]}
@@ -167,7 +170,7 @@ def test_ray_records_of_deleted_jobs_go_once_the_cluster_answers_and_never_hold_
 
     cut_off = Retention(
         service.sessions,
-        service.settings.resolved_storage_path,
+        service.settings.storage.resolved_storage_path,
         Policy(days=7),
         ray=RayBackend(dead_ray(), timeout_s=2),
     )
@@ -175,7 +178,7 @@ def test_ray_records_of_deleted_jobs_go_once_the_cluster_answers_and_never_hold_
     assert remaining(service) == {recent} and cut_off.ray_records == RayRecords(unreachable=True)
     assert all(ray.state(sid) is not None for sid in old_attempts)  # kept for a sweep that reaches the cluster
 
-    retention = Retention(service.sessions, service.settings.resolved_storage_path, Policy(days=7), ray=ray)
+    retention = Retention(service.sessions, service.settings.storage.resolved_storage_path, Policy(days=7), ray=ray)
     assert retention.sweep() == 0  # nothing more to delete in the store; Ray's records of the deleted job go
     assert retention.ray_records == RayRecords(deleted=2)
     assert [ray.state(sid) for sid in old_attempts] == [None, None]

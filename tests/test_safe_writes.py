@@ -94,7 +94,7 @@ def test_a_preemption_marker_is_never_written_through_a_plant(target, tmp_path, 
 def test_a_code_upload_is_never_written_through_a_plant(target, tmp_path, how):
     body = code_attacks.package({"main.py": f"# {how}\ndef train(config):\n    pass\n".encode()})
     sha = hashlib.sha256(body).hexdigest()
-    storage_root = Path(target.service.settings.resolved_storage_path)
+    storage_root = Path(target.service.settings.storage.resolved_storage_path)
     victim = plant(storage_root, f"_code/{sha}.zip", how, tmp_path / "outside")
     before = tree(tmp_path / "outside")
 
@@ -133,7 +133,7 @@ def test_deleting_a_job_never_follows_a_link_out_of_its_prefix(target, tmp_path,
             r = httpx.delete(f"{target.url}/v1/jobs/{job_id}", timeout=30)
             assert r.status_code == 204, r.text
     else:
-        storage_path = target.service.settings.resolved_storage_path
+        storage_path = target.service.settings.storage.resolved_storage_path
         retention = Retention(target.service.sessions, storage_path, Policy(days=7))
         assert sorted(retention.delete_batch([inside, whole, deep])) == sorted([inside, whole, deep])
 

@@ -171,9 +171,11 @@ def test_the_store_gauges_count_jobs_the_queue_and_only_running_jobs_by_id(store
 def test_a_spec_asking_for_mlflow_is_refused_on_a_server_without_it(tmp_path):
     spec = parse_job_spec(digits_spec(tracking={"tensorboard": True, "mlflow": {"experiment": "digits"}}))
     with pytest.raises(InvalidSpec) as refused:
-        enrol.check(spec, Settings(data_dir=tmp_path))
+        enrol.check(spec, Settings(storage={"data_dir": tmp_path}))
     assert refused.value.code == "mlflow_not_configured" and "RAYDOCK_MLFLOW_TRACKING_URI" in str(refused.value)
-    enrol.check(spec, Settings(data_dir=tmp_path, mlflow_tracking_uri=f"file:{tmp_path}/mlruns"))  # accepted
+    enrol.check(
+        spec, Settings(storage={"data_dir": tmp_path}, tracking={"mlflow_tracking_uri": f"file:{tmp_path}/mlruns"})
+    )  # accepted
 
 
 def test_events_taken_in_and_dropped_are_counted_by_channel(store, tmp_path):

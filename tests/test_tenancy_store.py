@@ -90,16 +90,16 @@ def tokens_per_user_are_capped(sessions):
 
 @pytest.mark.slow  # seconds: a fresh store, every migration, on both databases
 def test_first_start_writes_the_admin_token_once_to_a_private_file(sessions, tmp_path):
-    settings = Settings(data_dir=tmp_path / "data")
-    settings.prepare_data_dir()
-    path = bootstrap(sessions, settings.data_dir)
-    assert path == settings.data_dir / TOKEN_FILE
+    settings = Settings(storage={"data_dir": tmp_path / "data"})
+    settings.storage.prepare_data_dir()
+    path = bootstrap(sessions, settings.storage.data_dir)
+    assert path == settings.storage.data_dir / TOKEN_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(settings.data_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(settings.storage.data_dir.stat().st_mode) == 0o700
     token = path.read_text().strip()
     caller = authenticate(sessions, token)
     assert caller is not None and caller.name == "admin" and caller.admin
-    assert bootstrap(sessions, settings.data_dir) is None  # a restart makes no second token
+    assert bootstrap(sessions, settings.storage.data_dir) is None  # a restart makes no second token
     assert path.read_text().strip() == token
     assert server_admin(sessions).admin
 

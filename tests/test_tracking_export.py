@@ -32,9 +32,8 @@ def setup(tmp_path, monkeypatch):
     engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
     Base.metadata.create_all(engine)
     settings = Settings(
-        data_dir=tmp_path / "data",
-        storage_path=str(tmp_path / "storage"),
-        mlflow_tracking_uri=f"file:{tmp_path}/mlruns",
+        storage={"data_dir": tmp_path / "data", "storage_path": str(tmp_path / "storage")},
+        tracking={"mlflow_tracking_uri": f"file:{tmp_path}/mlruns"},
     )
     return make_sessionmaker(engine), settings
 
@@ -87,7 +86,7 @@ def test_a_jobs_reports_reach_tensorboard_and_mlflow_once_each_across_a_restart(
     Exporter(sessions, settings).export_once()
     stored += reports(sessions, "jt1", 3, 2)
     # The final checkpoint, with a link the job planted to a file of the server's host.
-    prefix = storage.job_prefix(settings.resolved_storage_path, "jt1")
+    prefix = storage.job_prefix(settings.storage.resolved_storage_path, "jt1")
     ckpt = os.path.join(storage.local_path(prefix), "checkpoint_000001")
     os.makedirs(ckpt)
     open(os.path.join(ckpt, "state.pt"), "wb").write(b"weights")
@@ -104,7 +103,7 @@ def test_a_jobs_reports_reach_tensorboard_and_mlflow_once_each_across_a_restart(
     assert scalars(folder, "loss") == [(step, pytest.approx(r["loss"])) for step, r in stored]
     assert scalars(folder, "val/acc_1") == [(step, pytest.approx(r["val/acc@1"])) for step, r in stored]
 
-    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
+    client = MlflowClient(tracking_uri=settings.tracking.mlflow_tracking_uri)
     experiment = client.get_experiment_by_name("default/exp/one")  # the job's project's experiment
     (run,) = client.search_runs([experiment.experiment_id], "tags.`raydock.job_id` = 'jt1'")
     assert run.info.status == "FINISHED" and run.info.run_name == "train-run"
@@ -146,7 +145,7 @@ def test_a_search_logs_one_nested_run_per_trial_and_one_tensorboard_run_each(set
     end(sessions, "js1")
     Exporter(sessions, settings).export_once()
 
-    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
+    client = MlflowClient(tracking_uri=settings.tracking.mlflow_tracking_uri)
     experiment = client.get_experiment_by_name("default/exp/one")  # the job's project's experiment
     runs = client.search_runs([experiment.experiment_id], "tags.`raydock.job_id` = 'js1'")
     (parent,) = [r for r in runs if "raydock.trial_id" not in r.data.tags]
@@ -159,7 +158,9 @@ def test_a_search_logs_one_nested_run_per_trial_and_one_tensorboard_run_each(set
             (0, pytest.approx(n)),
             (1, pytest.approx(n + 0.1)),
         ]
-    folder = storage.local_path(storage.join(storage.job_prefix(settings.resolved_storage_path, "js1"), "tensorboard"))
+    folder = storage.local_path(
+        storage.join(storage.job_prefix(settings.storage.resolved_storage_path, "js1"), "tensorboard")
+    )
     assert scalars(os.path.join(folder, trial_folder("t_00001")), "loss") == [
         (0, pytest.approx(1.0)),
         (1, pytest.approx(1.1)),
@@ -172,7 +173,8 @@ def test_an_mlflow_server_that_does_not_answer_holds_up_neither_tensorboard_nor_
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once: the test's time is not the point
 
     sessions, settings = setup
-    settings = settings.model_copy(update={"mlflow_tracking_uri": f"http://127.0.0.1:{free_ports(1)[0]}"})
+    tracking = settings.tracking.model_copy(update={"mlflow_tracking_uri": f"http://127.0.0.1:{free_ports(1)[0]}"})
+    settings = settings.model_copy(update={"tracking": tracking})
     jobs = [f"jd{i}" for i in range(4)]
     for job_id in jobs:
         job(sessions, job_id, "train", {"kind": "train"})

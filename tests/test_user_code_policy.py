@@ -194,13 +194,13 @@ def test_paths_are_pinned_to_what_was_checked(tmp_path):
     root = tmp_path / "code"
     make_code_root(root)
     (root / "current").symlink_to(root / "app")
-    settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
+    settings = Settings(storage={"data_dir": tmp_path / "data"}, code={"code_root": str(root)})
     job = parse_job_spec(spec(root, working_dir="current", runtime_env={"py_modules": ["app/tripwire"]}))
     check_user_code(job, settings)
     assert job.working_dir == str(root / "app")
     assert job.runtime_env["py_modules"] == [str(root / "app" / "tripwire")]
 
-    no_root = Settings(data_dir=tmp_path / "data")
+    no_root = Settings(storage={"data_dir": tmp_path / "data"})
     with pytest.raises(InvalidSpec) as refused:
         check_user_code(parse_job_spec(spec(root)), no_root)
     assert refused.value.code == "code_root_not_configured"
@@ -260,7 +260,7 @@ def test_what_ray_leaves_out_goes_unchecked_and_nothing_more(tmp_path, ignore_fi
     for where, text in ignore_files.items():
         (project / where).mkdir(parents=True, exist_ok=True)
         (project / where / ".gitignore").write_text(text)
-    settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
+    settings = Settings(storage={"data_dir": tmp_path / "data"}, code={"code_root": str(root)})
     job = parse_job_spec(spec(root, "main:train", working_dir="project", runtime_env={"excludes": excludes}))
     shipped = _shipped_by_ray(project, excludes, link)
     if not shipped:
@@ -277,7 +277,7 @@ def test_a_pattern_ray_and_git_read_differently_is_refused(tmp_path):
     (root / "project").mkdir(parents=True)
     (root / "project" / "main.py").write_text("def train(config):\n    pass\n")
     (root / "project" / ".rayignore").write_text("notes\\ \n")
-    settings = Settings(data_dir=tmp_path / "data", code_root=str(root))
+    settings = Settings(storage={"data_dir": tmp_path / "data"}, code={"code_root": str(root)})
     with pytest.raises(InvalidSpec) as refused:
         check_user_code(parse_job_spec(spec(root, "main:train", working_dir="project")), settings)
     assert refused.value.code == "ambiguous_ignore_pattern"
@@ -291,7 +291,9 @@ def test_code_changed_after_submit_fails_before_ray_sees_it(tmp_path):
     root = tmp_path / "code"
     make_code_root(root)
     address = dead_ray()
-    settings = Settings(data_dir=tmp_path / "data", code_root=str(root), ray_address=address)
+    settings = Settings(
+        storage={"data_dir": tmp_path / "data"}, code={"code_root": str(root)}, cluster={"ray_address": address}
+    )
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     service = JobService(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
     attempts = Attempts(service, store_id="policy")

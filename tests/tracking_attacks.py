@@ -36,7 +36,11 @@ def start_tracking_target(data_dir: Path, mlruns: Path) -> Target:
     url = f"sqlite:///{data_dir / 'raydock.db'}"
     mlflow_uri = f"file:{mlruns}"
     address = dead_ray()
-    settings = Settings(data_dir=data_dir, database_url=url, ray_address=address, mlflow_tracking_uri=mlflow_uri)
+    settings = Settings(
+        storage={"data_dir": data_dir, "database_url": url},
+        cluster={"ray_address": address},
+        tracking={"mlflow_tracking_uri": mlflow_uri},
+    )
     service = JobService(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
     env = {
         "RAYDOCK_DATABASE_URL": url,
@@ -72,7 +76,7 @@ def tracked_search(tracking: dict) -> dict:
 
 
 def prefix(target: Target, job_id: str) -> Path:
-    return Path(storage.local_path(storage.job_prefix(target.service.settings.resolved_storage_path, job_id)))
+    return Path(storage.local_path(storage.job_prefix(target.service.settings.storage.resolved_storage_path, job_id)))
 
 
 def metrics(first: int, n: int) -> list[dict]:

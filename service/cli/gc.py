@@ -44,8 +44,8 @@ def gc(
             "[red]error:[/red] no retention policy: set RAYDOCK_RETENTION_DAYS / RAYDOCK_RETENTION_MAX_FINISHED, or pass --days / --max-finished"
         )
         raise typer.Exit(1)
-    sessions = make_sessionmaker(make_engine(settings.resolved_database_url))
-    retention = Retention(sessions, settings.resolved_storage_path, policy, ray=_cluster(settings))
+    sessions = make_sessionmaker(make_engine(settings.storage.resolved_database_url))
+    retention = Retention(sessions, settings.storage.resolved_storage_path, policy, ray=_cluster(settings))
     doomed, total = retention.due(limit=show)
     table = Table("ID", "NAME", "STATUS", "FINISHED")
     for d in doomed:
@@ -68,6 +68,6 @@ def _cluster(settings):
     from service.cluster.local_cluster import find_head
     from service.cluster.ray_backend import RayBackend
 
-    head = None if settings.ray_address else find_head(settings.data_dir / "ray")
-    address = settings.ray_address or (head.dashboard_url if head else None)
+    head = None if settings.cluster.ray_address else find_head(settings.storage.data_dir / "ray")
+    address = settings.cluster.ray_address or (head.dashboard_url if head else None)
     return RayBackend(address, auth_token=head.auth_token() if head else None, timeout_s=5) if address else None

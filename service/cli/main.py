@@ -3,7 +3,6 @@ thin layer over the SDK (``api.client``) and takes the same YAML/JSON job spec."
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -44,7 +43,7 @@ def serve(
     from service.settings import Settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
-    settings = Settings(**overrides)
+    settings = Settings(http=overrides)
     uvicorn.Server(server_config(create_app(settings), settings, log_level="info")).run()
 
 
@@ -62,20 +61,22 @@ def run(
     from service.cluster.local_cluster import free_ports
     from service.http.app import create_app
     from service.http.connections import server_config
-    from service.settings import Settings
+    from service.settings import CodeSettings, Settings
 
     spec = load_spec_file(spec_file)
-    # The code a spec names lies beside it: that is what this one-off server may ship.
-    code_root = {} if os.environ.get("RAYDOCK_CODE_ROOT") else {"code_root": str(spec_file.resolve().parent)}
-    settings = Settings(host="127.0.0.1", port=port or free_ports(1)[0], **code_root)
+    # The code a spec names lies beside it: that is what this one-off server may ship (unless RAYDOCK_CODE_ROOT says).
+    code = CodeSettings()
+    if not code.code_root:
+        code = CodeSettings(code_root=str(spec_file.resolve().parent))
+    settings = Settings(http={"host": "127.0.0.1", "port": port or free_ports(1)[0]}, code=code)
     server = uvicorn.Server(server_config(create_app(settings), settings, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     err.print(
-        f"starting raydock on {settings.events_base_url} (data in {settings.data_dir}; a local Ray head starts on first use)"
+        f"starting raydock on {settings.http.events_base_url} (data in {settings.storage.data_dir}; a local Ray head starts on first use)"
     )
     thread.start()
     try:
-        with Client(settings.events_base_url, token=settings.api_token) as client:
+        with Client(settings.http.events_base_url, token=settings.auth.api_token) as client:
             _wait_healthy(client, server)
             err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
             job = client.submit(spec, base_dir=spec_file.parent)

@@ -86,19 +86,19 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
     right CRC (a zip bomb that lies about its sizes is caught while reading)."""
     try:
         try:
-            check_directory(path, settings.code_max_files)  # before ZipFile makes an object per record
+            check_directory(path, settings.code.code_max_files)  # before ZipFile makes an object per record
         except DirectoryTooLarge as exc:
             raise CodeTooLarge(
-                f"The package holds more than {settings.code_max_files} files (RAYDOCK_CODE_MAX_FILES): {exc.what}. "
+                f"The package holds more than {settings.code.code_max_files} files (RAYDOCK_CODE_MAX_FILES): {exc.what}. "
                 "Leave out what the job does not need.",
                 status=422,
                 details=[{"cap": "max_files"}],
             ) from None
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
-            if len(infos) > settings.code_max_files:
+            if len(infos) > settings.code.code_max_files:
                 raise CodeTooLarge(
-                    f"The package holds {len(infos)} files, more than {settings.code_max_files} "
+                    f"The package holds {len(infos)} files, more than {settings.code.code_max_files} "
                     f"(RAYDOCK_CODE_MAX_FILES); the biggest: {_biggest(infos)}. Leave out what the job does not need.",
                     status=422,
                     details=[{"cap": "max_files"}],
@@ -107,9 +107,9 @@ def check_zip(path: Path, settings: Settings) -> tuple[int, int]:
             for info in infos:
                 _check_entry(info, seen)
             declared = sum(i.file_size for i in infos)
-            if declared > settings.code_max_bytes:
+            if declared > settings.code.code_max_bytes:
                 raise CodeTooLarge(
-                    f"The package unpacks to {declared} bytes, more than {settings.code_max_bytes} (RAYDOCK_CODE_MAX_BYTES); "
+                    f"The package unpacks to {declared} bytes, more than {settings.code.code_max_bytes} (RAYDOCK_CODE_MAX_BYTES); "
                     f"the biggest files: {_biggest(infos)}. Leave out what the job does not need.",
                     details=[{"cap": "max_bytes"}],
                 )

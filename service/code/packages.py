@@ -71,22 +71,22 @@ class Stored:
 class CodeStore:
     def __init__(self, settings: Settings, sessions: sessionmaker):
         self.settings, self.sessions = settings, sessions
-        self.incoming = settings.data_dir / "code-incoming"
+        self.incoming = settings.storage.data_dir / "code-incoming"
         self._lock = threading.Lock()  # a store and a collection of the same package never interleave here
 
     @property
     def collect_every_s(self) -> float:
         """How often ``collect`` runs: a fraction of the retention period, within [1 s, 5 min]."""
-        return min(300.0, max(1.0, self.settings.code_retention_s / 4))
+        return min(300.0, max(1.0, self.settings.code.code_retention_s / 4))
 
     def limits(self) -> CodeLimits:
-        s = self.settings
+        s = self.settings.code
         return CodeLimits(max_bytes=s.code_max_bytes, max_files=s.code_max_files, retention_s=s.code_retention_s)
 
     @property
     def folder(self) -> str:
         """Where the packages are stored: under the storage path, which jobs can write too."""
-        return storage.join(self.settings.resolved_storage_path, CODE_DIR)
+        return storage.join(self.settings.storage.resolved_storage_path, CODE_DIR)
 
     def uri(self, sha256: str) -> str:
         return storage.join(self.folder, f"{sha256}.zip")
@@ -121,7 +121,7 @@ class CodeStore:
         self, sha256: str, declared: int | None, body: AsyncIterator[bytes], project: str, *, actor: str = SYSTEM
     ) -> Stored:
         """Take an upload: counted and hashed as it arrives, checked, then stored."""
-        cap = self.settings.code_max_bytes
+        cap = self.settings.code.code_max_bytes
         if declared is not None and declared > cap:
             raise _too_large_body(declared, cap)
         # The database, the zip check and the copy into storage run off the event loop:
@@ -176,13 +176,13 @@ class CodeStore:
             with storage.open_random_access(self.uri(sha256)) as f:  # a regular file, no link followed
                 while chunk := f.read(READ_CHUNK):
                     size += len(chunk)
-                    if size > self.settings.code_max_bytes:
+                    if size > self.settings.code.code_max_bytes:
                         break
                     digest.update(chunk)
         except OSError as exc:  # swapped for a FIFO, a link or a directory: no package of ours
             log.warning("code package %s is no longer a readable file in storage: %s", sha256[:12], exc)
             return False
-        if size <= self.settings.code_max_bytes and digest.hexdigest() == sha256:
+        if size <= self.settings.code.code_max_bytes and digest.hexdigest() == sha256:
             return True
         log.warning("code package %s no longer matches its hash in storage: it was changed after upload", sha256[:12])
         return False
@@ -191,7 +191,7 @@ class CodeStore:
         with self.sessions() as s:
             if sha256 is not None and s.get(CodeRefRow, (project, sha256)) is not None:
                 return  # the project holds it already: storing it again adds nothing
-            quota.check(s, project, size, self.settings.code_quota_bytes, self.settings.code_retention_s)
+            quota.check(s, project, size, self.settings.code.code_quota_bytes, self.settings.code.code_retention_s)
 
     def _store(self, sha256: str, tmp: Path, size: int, files: int, content: int, project: str, actor: str) -> Stored:
         with self._lock:
@@ -286,7 +286,7 @@ class CodeStore:
         """Delete the packages no job references whose last use is older than the
         retention period; returns their hashes. The row goes first: a crash between
         leaves a file no row names, which the next upload of it overwrites."""
-        cutoff = utcnow() - timedelta(seconds=self.settings.code_retention_s)
+        cutoff = utcnow() - timedelta(seconds=self.settings.code.code_retention_s)
         unreferenced = ~exists().where(JobCodeRow.sha256 == CodePackageRow.sha256)
         gone = []
         with self._lock:

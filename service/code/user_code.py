@@ -105,7 +105,7 @@ def _check_keys(env: dict[str, Any], at: list, settings: Settings) -> None:
         if key == "env_vars":
             check_env_vars(value, loc)
         elif key in PACKAGE_KEYS:
-            check_packages(key, value, loc, settings.pip_allowed_hosts)
+            check_packages(key, value, loc, settings.code.pip_allowed_hosts)
         elif key in ("excludes", "py_modules"):
             most = MAX_PY_MODULES if key == "py_modules" else MAX_LIST
             if not str_list(value) or len(value) > most:
@@ -137,7 +137,7 @@ def _resolve(raw: str, field: str, loc: list, settings: Settings) -> Path:
     """The real path ``raw`` names, which must lie under a code root. A path outside
     the roots gets the same answer whether or not it exists (no probing the server's
     disk); ``~`` means the server's home, which is outside unless a root holds it."""
-    roots = settings.code_roots
+    roots = settings.code.code_roots
     if not roots:
         raise _refuse(
             f"{field} {raw!r} names a path on the server, and this server ships no code from its disk "
@@ -209,7 +209,7 @@ class _Budget:
     """Files, directories and bytes a job ships, against the caps; the biggest files seen."""
 
     def __init__(self, settings: Settings):
-        self.max_entries, self.max_bytes = settings.code_max_files, settings.code_max_bytes
+        self.max_entries, self.max_bytes = settings.code.code_max_files, settings.code.code_max_bytes
         self.entries = self.size = 0
         self.biggest = BiggestFiles()
 
@@ -256,7 +256,7 @@ def _walk(top: Path, excludes: list[str], field: str, loc: list, settings: Setti
             matcher(d, (d / n).read_text(errors="replace").splitlines(), str(d / n)) for n in names if (d / n).is_file()
         ]
 
-    roots = settings.code_roots
+    roots = settings.code.code_roots
     stack: list[tuple[Path, tuple]] = [
         (top, (matcher(top, excludes, "runtime_env.excludes"),) if excludes and top.is_dir() else ())
     ]

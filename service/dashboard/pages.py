@@ -63,7 +63,7 @@ class ShellFiles(StaticFiles):
 def shell(request: Request) -> Response:
     """index.html, saying whether the API wants a token, so the page asks for it before its
     first call rather than after a refusal (whether a token is set is no secret: a 401 says it too)."""
-    auth = "token" if request.app.state.settings.api_token else "none"
+    auth = "token" if request.app.state.settings.auth.api_token else "none"
     html = (STATIC / "index.html").read_text().replace("{{auth}}", auth)
     return Response(html, media_type="text/html", headers=SHELL_HEADERS)
 

@@ -80,7 +80,7 @@ class Deliverer:
     def _lanes_here(self) -> tuple[Lane, Lane]:
         if self._lanes is None:
             server_slots = max(1, len(self.server))
-            concurrency = self.settings.webhook_concurrency
+            concurrency = self.settings.webhooks.webhook_concurrency
             self._lanes = (
                 Lane(asyncio.Semaphore(server_slots), Poster(self.settings, server_slots, "server")),
                 Lane(asyncio.Semaphore(concurrency), Poster(self.settings, concurrency, "jobs")),
@@ -200,18 +200,20 @@ class Deliverer:
             if not outcome.tried:  # not sent: looked at again after the first backoff, its tries untouched
                 row.last_error, row.next_at = (
                     outcome.error,
-                    utcnow() + timedelta(seconds=self.settings.webhook_backoff_s),
+                    utcnow() + timedelta(seconds=self.settings.webhooks.webhook_backoff_s),
                 )
                 return
             row.attempts += 1
             row.last_status, row.last_error, row.last_duration_s = outcome.status, outcome.error, outcome.duration_s
             if outcome.ok:
                 row.state, row.delivered_at, result = "delivered", utcnow(), "delivered"
-            elif row.attempts >= self.settings.webhook_max_attempts:
+            elif row.attempts >= self.settings.webhooks.webhook_max_attempts:
                 row.state, result = "failed", "failed"
                 log.warning("webhook %s gave up on event %s: %s", post.subscription.id, post.event_id, outcome.error)
             else:
-                wait = backoff_s(row.attempts, self.settings.webhook_backoff_s, self.settings.webhook_backoff_max_s)
+                wait = backoff_s(
+                    row.attempts, self.settings.webhooks.webhook_backoff_s, self.settings.webhooks.webhook_backoff_max_s
+                )
                 row.next_at, result = utcnow() + timedelta(seconds=wait), "retrying"
         self.on_attempt(result)
 

@@ -62,8 +62,8 @@ class Poster:
     """The posts of one lane: its own connections and its own resolver threads."""
 
     def __init__(self, settings: Settings, workers: int, lane: str):
-        self.timeout_s = settings.webhook_timeout_s
-        self.allow_private = settings.webhook_allow_private
+        self.timeout_s = settings.webhooks.webhook_timeout_s
+        self.allow_private = settings.webhooks.webhook_allow_private
         limits = httpx.Limits(max_connections=workers, max_keepalive_connections=workers)
         self._http = httpx.AsyncClient(follow_redirects=False, timeout=self.timeout_s, trust_env=False, limits=limits)
         self.workers, self.lane = workers, lane

@@ -51,23 +51,23 @@ class Subscription:
 
 def server_webhooks(settings: Settings) -> list[Subscription]:
     """The server's webhooks; a bad RAYDOCK_WEBHOOKS stops the server at start, saying why."""
-    if not settings.webhooks_raw.strip():
+    if not settings.webhooks.webhooks_raw.strip():
         return []
     try:
-        entries = TypeAdapter(list[ServerWebhook]).validate_json(settings.webhooks_raw)
+        entries = TypeAdapter(list[ServerWebhook]).validate_json(settings.webhooks.webhooks_raw)
     except ValidationError as exc:
         raise SystemExit(f"RAYDOCK_WEBHOOKS is invalid: {exc}") from None
     if len({e.name for e in entries}) != len(entries):
         raise SystemExit("RAYDOCK_WEBHOOKS: each webhook needs its own name")
     for e in entries:
-        check_url(e.url, allow_private=settings.webhook_allow_private, where=f"RAYDOCK_WEBHOOKS[{e.name}].url")
+        check_url(e.url, allow_private=settings.webhooks.webhook_allow_private, where=f"RAYDOCK_WEBHOOKS[{e.name}].url")
     return [Subscription(f"server:{e.name}", e.url, frozenset(e.events), e.secret) for e in entries]
 
 
 def check_notify(notify: list[NotifySpec], settings: Settings) -> None:
     """A job's webhooks meet the URL policy (422 ``webhook_url_refused`` otherwise)."""
     for i, n in enumerate(notify):
-        check_url(n.url, allow_private=settings.webhook_allow_private, where=f"notify.{i}.url")
+        check_url(n.url, allow_private=settings.webhooks.webhook_allow_private, where=f"notify.{i}.url")
 
 
 def add_job_webhooks(s: Session, job_id: str, notify: list[NotifySpec]) -> None:

@@ -49,10 +49,11 @@ from api.schemas.events import (
 )
 from service.db.models import JobRow
 from service.events import logs
-from service.events.limits import Dropped, EventLimits
+from service.events.limits import Dropped
 from service.events.push import parse_all
 from service.events.writers import job_events, search_events
 from service.events.writers.batch import Batch
+from service.settings.events import EventSettings
 
 RECEIVING = (
     JobStatus.STARTING.value,
@@ -109,13 +110,12 @@ class Ingest:
         self,
         sessions: sessionmaker,
         storage_path: str,
-        max_log_bytes: int = 64 << 20,
-        limits: EventLimits | None = None,
+        limits: EventSettings | None = None,
     ):
         self.sessions = sessions
-        self.limits = limits or EventLimits()
+        self.limits = limits or EventSettings()
         self.storage_path = storage_path
-        self.max_log_bytes = max_log_bytes
+        self.max_log_bytes = self.limits.max_log_bytes
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
     def log(self, job_id: str, text: str, at: int, *, final: bool = False) -> int:

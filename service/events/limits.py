@@ -8,8 +8,9 @@ so no job row grows with what its workers send.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from service.settings.events import EventSettings
 
 MAX_RESTART_REASON = 1000  # characters of a worker failure kept on the job record
 
@@ -18,48 +19,25 @@ class Dropped(Exception):
     """An event refused; its message is the reason stored on the job."""
 
 
-@dataclass(frozen=True)
-class EventLimits:
-    metrics: int = 1_000_000
-    trial_reports: int = 1_000_000
-    trials: int = 10_000
-    worker_groups: int = 10_000
-    checkpoints: int = 100_000
-    exploits: int = 100_000
-    restarts_kept: int = 10
-    log_events: int = 10_000  # event-log rows the job's own events make (service/eventlog/log.py)
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> EventLimits:
-        return cls(
-            metrics=settings.max_metrics_per_job,
-            trial_reports=settings.max_trial_reports_per_job,
-            trials=settings.max_trials_per_job,
-            worker_groups=settings.max_worker_groups_per_job,
-            checkpoints=settings.max_checkpoints_per_job,
-            exploits=settings.max_exploits_per_job,
-            restarts_kept=settings.max_restarts_kept,
-            log_events=settings.max_log_events_per_job,
-        )
-
-
-# kind -> (the job row's counter, the setting that bounds it, what it counts)
+# kind -> (the job row's counter, the events setting that bounds it, what it counts)
 _COUNTERS = {
-    "metrics": ("metrics_stored", "RAYDOCK_MAX_METRICS_PER_JOB", "metric reports"),
-    "trial_reports": ("trial_metrics_stored", "RAYDOCK_MAX_TRIAL_REPORTS_PER_JOB", "trial reports"),
-    "trials": ("trials_stored", "RAYDOCK_MAX_TRIALS_PER_JOB", "trials"),
-    "worker_groups": ("worker_groups_stored", "RAYDOCK_MAX_WORKER_GROUPS_PER_JOB", "worker-group starts"),
-    "checkpoints": ("checkpoints_stored", "RAYDOCK_MAX_CHECKPOINTS_PER_JOB", "checkpoints"),
-    "exploits": ("exploits_stored", "RAYDOCK_MAX_EXPLOITS_PER_JOB", "exploits"),
+    "metrics": ("metrics_stored", "max_metrics_per_job", "metric reports"),
+    "trial_reports": ("trial_metrics_stored", "max_trial_reports_per_job", "trial reports"),
+    "trials": ("trials_stored", "max_trials_per_job", "trials"),
+    "worker_groups": ("worker_groups_stored", "max_worker_groups_per_job", "worker-group starts"),
+    "checkpoints": ("checkpoints_stored", "max_checkpoints_per_job", "checkpoints"),
+    "exploits": ("exploits_stored", "max_exploits_per_job", "exploits"),
 }
 
 
-def room(limits: EventLimits, job: Any, kind: str) -> None:
+def room(limits: EventSettings, job: Any, kind: str) -> None:
     """Raise ``Dropped`` when the job already stores as many rows of ``kind`` as allowed."""
-    column, setting, what = _COUNTERS[kind]
-    cap = getattr(limits, kind)
+    column, field, what = _COUNTERS[kind]
+    cap = getattr(limits, field)
     if (getattr(job, column) or 0) >= cap:
-        raise Dropped(f"the job already stores {cap} {what}, the most {setting} allows; this event was not stored")
+        raise Dropped(
+            f"the job already stores {cap} {what}, the most {limits.env_name(field)} allows; this event was not stored"
+        )
 
 
 def stored(job: Any, kind: str) -> None:

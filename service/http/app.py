@@ -67,21 +67,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=errors(400, 413),  # the request guard and body parsing answer these on any route
     )
     app.state.settings = settings
-    shares = (settings.project_share, settings.user_share)
+    shares = (settings.clients.project_share, settings.clients.user_share)
     app.state.downloads = DownloadGate(
-        Shares(DOWNLOADS, settings.max_concurrent_downloads, *shares), settings.download_send_timeout_s
+        Shares(DOWNLOADS, settings.clients.max_concurrent_downloads, *shares), settings.clients.download_send_timeout_s
     )
-    app.state.uploads = Shares(UPLOADS, settings.max_concurrent_uploads, *shares)
-    app.state.auth = Authenticator(settings.api_token, lambda: app.state.runtime)  # streams ask it again
-    streams = Shares(STREAMS, settings.max_streams, *shares)
+    app.state.uploads = Shares(UPLOADS, settings.clients.max_concurrent_uploads, *shares)
+    app.state.auth = Authenticator(settings.auth.api_token, lambda: app.state.runtime)  # streams ask it again
+    streams = Shares(STREAMS, settings.clients.max_streams, *shares)
     app.add_middleware(StreamCap, shares=streams, reads=lambda: app.state.runtime.service.reads)  # inside the guard
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),
-        max_body_bytes=settings.max_request_bytes,
+        max_body_bytes=settings.clients.max_request_bytes,
         own_limit_prefixes=("/v1/code/",),
-        token=settings.api_token,
-        open_docs=settings.open_docs,
+        token=settings.auth.api_token,
+        open_docs=settings.http.open_docs,
         auth=app.state.auth,
     )  # a code upload is counted against RAYDOCK_CODE_MAX_BYTES by its route
     app.add_middleware(RequestTimer)  # outermost: the guards' refusals are timed too
@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(Exception, internal_error)
 
     # Who calls is decided by the guard (service/http/auth.py), before any route runs.
-    auth = [Depends(bearer_scheme)] if settings.api_token else []
+    auth = [Depends(bearer_scheme)] if settings.auth.api_token else []
     v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(current_caller)], responses=errors(401))
     for module in V1_ROUTES:
         v1.include_router(module.router)

@@ -47,7 +47,7 @@ def raise_fd_limit() -> int:
 
 
 def connection_cap(settings: Settings, fd_limit: int) -> int:
-    return max(16, min(settings.max_connections, fd_limit - FD_RESERVE))
+    return max(16, min(settings.clients.max_connections, fd_limit - FD_RESERVE))
 
 
 def _timeout_body() -> bytes:
@@ -160,8 +160,8 @@ def protocol_for(settings: Settings, max_connections: int) -> type[DeadlineProto
         "RaydockHttpProtocol",
         (DeadlineProtocol,),
         {
-            "header_timeout_s": settings.header_timeout_s,
-            "body_timeout_s": settings.body_timeout_s,
+            "header_timeout_s": settings.clients.header_timeout_s,
+            "body_timeout_s": settings.clients.body_timeout_s,
             "max_connections": max_connections,
             "waiting": OrderedDict(),
         },
@@ -171,15 +171,15 @@ def protocol_for(settings: Settings, max_connections: int) -> type[DeadlineProto
 def server_config(app: Any, settings: Settings, **kwargs: Any) -> uvicorn.Config:
     """The uvicorn config every raydock server runs with."""
     cap = connection_cap(settings, raise_fd_limit())
-    if cap < settings.max_connections:
+    if cap < settings.clients.max_connections:
         log.warning("serving at most %d connections (the file descriptor limit is low; see ulimit -n)", cap)
     return uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.http.host,
+        port=settings.http.port,
         http=protocol_for(settings, cap),
         limit_concurrency=cap + 1,  # uvicorn answers 503 past it: only more running requests than connections
-        timeout_keep_alive=settings.keep_alive_timeout_s,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.clients.keep_alive_timeout_s,
+        h11_max_incomplete_event_size=settings.clients.max_header_bytes,
         **kwargs,
     )

@@ -173,8 +173,8 @@ async def follow(request: Request, jobs: Jobs, settings: AppSettings, job_id: Jo
         request.headers.get("authorization"),
         job_id,
         jobs.reads,
-        idle_s=settings.stream_idle_s,
-        recheck_s=settings.stream_recheck_s,
+        idle_s=settings.clients.stream_idle_s,
+        recheck_s=settings.clients.stream_recheck_s,
     )
 
 

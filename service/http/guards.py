@@ -70,11 +70,11 @@ def host_name(host_header: str) -> str:
 def allowed_hosts(settings: Settings) -> frozenset[str] | None:
     """Names the Host header may carry; None when any is fine (an API token is required,
     or the server listens beyond loopback, where a token is mandatory anyway)."""
-    if settings.api_token or not settings.is_loopback:
+    if settings.auth.api_token or not settings.http.is_loopback:
         return None
-    names = set(LOOPBACK_NAMES) | {host_name(settings.host)}
-    if settings.public_url:  # what the cluster's drivers use to push events here
-        names.add(host_name(urlsplit(settings.public_url).netloc))
+    names = set(LOOPBACK_NAMES) | {host_name(settings.http.host)}
+    if settings.http.public_url:  # what the cluster's drivers use to push events here
+        names.add(host_name(urlsplit(settings.http.public_url).netloc))
     return frozenset(names)
 
 

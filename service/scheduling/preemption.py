@@ -42,7 +42,7 @@ class Preemptions:
     def __init__(self, service):
         self.service = service
         self.sessions = service.sessions
-        self.grace_s = service.settings.preemption_grace_s
+        self.grace_s = service.settings.scheduling.preemption_grace_s
         self._told: set[tuple[str, int]] = set()  # markers written by this process
 
     def preempt(self, job_ids: list[str], for_job: str, for_project: str) -> list[str]:

@@ -23,7 +23,7 @@ log = logging.getLogger("raydock.rank_plan")
 def entrypoint_resources(spec: JobSpec, settings: Settings, backend) -> dict[str, float] | None:
     """The resources the attempt's driver holds for its local ranks; None when the job
     keeps Ray Train's worker actors."""
-    if not settings.local_ranks or not isinstance(spec, TrainSpec) or cold_reason(spec) is not None:
+    if not settings.startup.local_ranks or not isinstance(spec, TrainSpec) or cold_reason(spec) is not None:
         return None
     # Admission asked the cluster a moment ago; a backend that has not, asks now.
     last = getattr(backend, "last_cluster", None)

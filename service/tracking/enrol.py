@@ -13,7 +13,7 @@ from service.settings import Settings
 
 def check(spec: JobSpec, settings: Settings) -> None:
     tracking = spec.tracking
-    if tracking is not None and tracking.mlflow is not None and not settings.mlflow_tracking_uri:
+    if tracking is not None and tracking.mlflow is not None and not settings.tracking.mlflow_tracking_uri:
         raise InvalidSpec(
             "tracking.mlflow asks for an MLflow run, but this server has no MLflow tracking server. "
             "Leave out tracking.mlflow, or set RAYDOCK_MLFLOW_TRACKING_URI on the server.",

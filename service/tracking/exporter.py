@@ -52,9 +52,11 @@ class JobFacts:
 class Exporter:
     def __init__(self, sessions: sessionmaker, settings: Settings) -> None:
         self.sessions, self.settings = sessions, settings
-        self.storage_path = settings.resolved_storage_path
-        self.tensorboard = TensorboardSink(self.storage_path, settings.data_dir / "tensorboard-staging")
-        self.mlflow = MlflowRuns(settings.mlflow_tracking_uri) if settings.mlflow_tracking_uri else None
+        self.storage_path = settings.storage.resolved_storage_path
+        self.tensorboard = TensorboardSink(self.storage_path, settings.storage.data_dir / "tensorboard-staging")
+        self.mlflow = (
+            MlflowRuns(settings.tracking.mlflow_tracking_uri) if settings.tracking.mlflow_tracking_uri else None
+        )
         # (job, tool) -> (when to try again, failures in a row); job "" is the tool itself (server down)
         self._retry_at: dict[tuple[str, str], tuple[float, int]] = {}
         self._refused: dict[str, str] = {}  # job -> why its storage took no TensorBoard files (noted once)

@@ -17,8 +17,9 @@ from api.schemas.events import ExploitEvent, MetricEvent, TrialMetricEvent, Work
 from service.db.event_models import ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import EventKey, JobRow
 from service.events import rollups
-from service.events.limits import Dropped, EventLimits
+from service.events.limits import Dropped
 from service.files import storage
+from service.settings.events import EventSettings
 from service.stored.specs import stored_search
 
 KEY_BATCH = 500  # event keys looked up per query
@@ -40,7 +41,7 @@ class Batch:
         s: Session,
         job: JobRow,
         events: list[Any],
-        limits: EventLimits,
+        limits: EventSettings,
         *,
         push: bool,
         storage_path: str,

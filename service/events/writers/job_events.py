@@ -89,16 +89,16 @@ def checkpoint(b: Batch, event: CheckpointEvent) -> None:
             values=m,
         )
     )
-    if job_may_log(job, b.limits.log_events):
+    if job_may_log(job, b.limits.max_log_events_per_job):
         step, epoch = as_int(m.get("step")), as_int(m.get("epoch"))
         record(s, "checkpointed", job_id=job.id, attempt=job.attempt, path=path, step=step, epoch=epoch)
 
 
 def worker_failure(b: Batch, event: WorkerFailureEvent) -> None:
     job = b.job
-    limits.add_restart(job, job.attempt, event.ts, event.reason, b.limits.restarts_kept)
+    limits.add_restart(job, job.attempt, event.ts, event.reason, b.limits.max_restarts_kept)
     instruments.worker_restarted()
-    if job_may_log(job, b.limits.log_events):
+    if job_may_log(job, b.limits.max_log_events_per_job):
         record(b.s, "retried", job_id=job.id, attempt=job.attempt, reason=event.reason)
 
 
@@ -143,5 +143,5 @@ def _log_resize(b: Batch, world_size: int) -> None:
         .order_by(WorkerGroupRow.seq.desc())
         .limit(1)
     )
-    if last is not None and last != world_size and job_may_log(job, b.limits.log_events):
+    if last is not None and last != world_size and job_may_log(job, b.limits.max_log_events_per_job):
         record(s, "resized", job_id=job.id, attempt=job.attempt, **{"from": last, "to": world_size})

@@ -124,7 +124,7 @@ async def put_code(
     release = uploads.take(caller, into)
     try:
         declared = int(length) if length and length.isdigit() else None
-        body = paced(request.stream(), settings.upload_min_bytes_per_s, settings.upload_grace_s)
+        body = paced(request.stream(), settings.clients.upload_min_bytes_per_s, settings.clients.upload_grace_s)
         stored = await code.receive(sha256, declared, body, into, actor=caller.name)
     except ClientDisconnect:  # the client went away mid-body; nothing was stored
         raise RaydockError(

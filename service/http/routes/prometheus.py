@@ -23,7 +23,7 @@ router = APIRouter()
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request, settings: AppSettings, users: UsersDep, store: Store) -> Response:
     token = bearer_token(request.headers.get("authorization"))
-    expected = settings.metrics_token or settings.api_token
+    expected = settings.auth.metrics_token or settings.auth.api_token
     if not (expected and token_matches(token, expected)) and not _server_admin_token(store, token):
         if expected or users.local_mode.ended():
             raise Unauthorized(

@@ -48,7 +48,9 @@ def get_quota(project: Project, sessions: Store, settings: AppSettings, caller: 
     if not caller.can_read(project):
         raise project_not_found(project)
     with sessions() as s:
-        return quotas.public(s, project, ACTIVE, settings.default_quota, settings.fair_share_half_life_s)
+        return quotas.public(
+            s, project, ACTIVE, settings.scheduling.default_quota, settings.scheduling.fair_share_half_life_s
+        )
 
 
 @router.put(

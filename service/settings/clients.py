@@ -1,17 +1,16 @@
 """What one client, one user or one project may hold of the server: request sizes and
-deadlines, connections, and the server-wide caps on streams and downloads with each
-user's and each project's share of them. A section of ``service.settings.Settings``
-(read from the same ``RAYDOCK_*`` variables)."""
+deadlines, connections, and the server-wide caps on streams, code uploads and downloads
+with each user's and each project's share of them. The ``clients`` section of
+``service.settings.Settings``."""
 
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.settings.section import Section
 
 
-class ClientLimits(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAYDOCK_", extra="ignore")
-
+class ClientLimits(Section):
     max_request_bytes: int = Field(
         default=1 << 20, ge=1, description="Largest request body the API reads (413 above it)."
     )
@@ -20,6 +19,9 @@ class ClientLimits(BaseSettings):
         ge=1,
         le=10_000,
         description="Checkpoint downloads served at once; one more is turned away with 429 (too_many_downloads).",
+    )
+    max_concurrent_uploads: int = Field(
+        default=4, ge=1, le=1000, description="Code uploads taken in at once; more get 429 too_many_uploads."
     )
     download_send_timeout_s: float = Field(
         default=60.0,

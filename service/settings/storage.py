@@ -1,0 +1,87 @@
+"""Where the server keeps what it stores, and for how long: the ``storage`` and
+``retention`` sections of ``service.settings.Settings``."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+
+from service.settings.section import Section
+
+
+class StorageSettings(Section):
+    data_dir: Path = Field(
+        default=Path.home() / ".raydock", description="Where SQLite, the local cluster and checkpoints live."
+    )
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in data_dir when unset.")
+    storage_path: str | None = Field(
+        default=None, description="Checkpoint storage: a directory or a pyarrow URI (s3://...)."
+    )
+
+    def prepare_data_dir(self) -> None:
+        """Create the data dir readable by the server's user only (it holds every job's
+        record and the cluster token), and the SQLite file 0600 before SQLite makes it
+        (its -wal/-shm files copy the database file's mode)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _chmod(self.data_dir, 0o700)
+        db = self.sqlite_path
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+            for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+                _chmod(path, 0o600)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file, or None for another database (or an in-memory one)."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.resolved_database_url)
+        if (
+            url.get_backend_name() != "sqlite"
+            or not url.database
+            or url.database == ":memory:"
+            or url.database.startswith("file:")
+        ):
+            return None
+        return Path(url.database)
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'raydock.db'}"
+
+    @cached_property
+    def resolved_storage_path(self) -> str:
+        return self.storage_path or str((self.data_dir / "storage").resolve())
+
+
+class RetentionSettings(Section):
+    retention_days: float | None = Field(
+        default=None, gt=0, description="Delete finished jobs (rows and storage) this many days after they finished."
+    )
+    retention_max_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Keep at most this many finished jobs, the most recently finished; delete the rest.",
+    )
+    retention_interval_s: float = Field(
+        default=60.0, gt=0, description="How often the background retention sweep runs."
+    )
+    event_log_retention_days: float = Field(
+        default=90.0,
+        gt=0,
+        le=36_600,
+        description="Event-log rows (and webhook deliveries) older than this many days are deleted by the retention sweep.",
+    )
+
+
+def _chmod(path: Path, mode: int) -> None:
+    """Tighten a path the server owns; a path owned by someone else is left as it is."""
+    try:
+        if path.exists() and path.stat().st_uid == os.geteuid():
+            path.chmod(mode)
+    except OSError:
+        pass
