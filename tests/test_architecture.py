@@ -442,7 +442,7 @@ def test_planted_room_violations_are_found(tmp_path):
         {
             "service/jobs.py": "import ray\n",
             "service/db/models.py": "from service.settings import Settings\n",
-            "service/events/ingest.py": "def f():\n    from service.jobs import JobService\n",
+            "service/events/ingest.py": "def f():\n    from service.jobs import JobCommands\n",
             "service/events/logs.py": "from service.db.models import JobRow\nfrom service.events import ingest\n",
             "service/cluster/ray_backend.py": "import ray\nfrom service.settings import Settings\n",
             "service/code/packages.py": "from service.cluster import ray_backend\n",
@@ -485,7 +485,7 @@ def test_planted_violations_of_the_scheduling_files_and_stored_rooms_are_found(t
             # Scheduling reaches for the HTTP side, the Ray module and the job core.
             "service/scheduling/admission.py": "from service.http.deps import readable_job\n",
             "service/scheduling/queue_keeper.py": "from service.cluster.ray_backend import RayBackend\n",
-            "service/scheduling/preemption.py": "def f():\n    from service.jobs import JobService\n",
+            "service/scheduling/preemption.py": "def f():\n    from service.jobs import JobCommands\n",
             # Allowed: the store, stored shapes, job files, quotas, the lifecycle, itself.
             "service/scheduling/queue.py": (
                 "from service.db.models import JobRow\nfrom service.stored.specs import stored_spec\n"
