@@ -2,7 +2,8 @@
 contract stays light, Ray internals have one seam, modules stay small, the names the
 server and the cluster share are spelled only in ``api.cluster_contract``, and the
 server's background work is periodic units run by ``service.background`` (no thread or
-sleeping loop of its own elsewhere).
+sleeping loop of its own elsewhere), and one composition root (``service.runtime``) builds
+the server's parts and hands each its collaborators by name.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -119,6 +120,33 @@ THREADS_ALLOWED = {
     "service.cli.main": "the one-off server of `raydock run`, for the command's life",
 }
 SLEEPING_LOOPS_ALLOWED = ("service.http.routes",)  # a stream polls while its client listens
+# One composition root builds the server's parts and hands each its collaborators by name
+# (the store, the backend, the settings, the code store): no other server module builds
+# one, so none can receive a hub to reach them through. (The Ray backend and retention are
+# left out: the one-off `raydock gc` process builds its own.) The job commands are imported
+# only by the root and by the routes' dependencies that type them; the runtime only by the
+# HTTP app, which takes its parts from it.
+COMPOSITION_ROOT = "service.runtime"
+COMPOSED_PARTS = frozenset(
+    {
+        "service.jobs.JobCommands",
+        "service.job_reads.JobReads",
+        "service.events.pushes.Pushes",
+        "service.events.ingest.Ingest",
+        "service.events.log_tails.LogTails",
+        "service.monitor.Monitor",
+        "service.attempts.Attempts",
+        "service.scheduling.queue_keeper.QueueKeeper",
+        "service.scheduling.preemption.Preemptions",
+        "service.code.packages.CodeStore",
+        "service.eventlog.deliverer.Deliverer",
+        "service.tracking.exporter.Exporter",
+    }
+)
+IMPORTED_ONLY_BY = {
+    "service.jobs": {COMPOSITION_ROOT, "service.http.deps"},
+    COMPOSITION_ROOT: {"service.http.app"},
+}
 
 
 @dataclass
@@ -127,6 +155,7 @@ class Tree:
     lines: dict[str, int] = field(default_factory=dict)
     literals: dict[str, set[str]] = field(default_factory=dict)  # module -> its string constants
     loops: dict[str, list[str]] = field(default_factory=dict)  # module -> its threads and sleeping loops
+    calls: dict[str, set[str]] = field(default_factory=dict)  # module -> the imported names it calls
 
 
 def read_tree(root: Path, packages=PACKAGES) -> Tree:
@@ -146,6 +175,7 @@ def read_tree(root: Path, packages=PACKAGES) -> Tree:
                 n.value for n in ast.walk(parsed) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             }
             tree.loops[module] = _loops(parsed)
+            tree.calls[module] = _calls(parsed, module, is_pkg)
     return tree
 
 
@@ -167,18 +197,45 @@ def _loops(node: ast.AST) -> list[str]:
     return out
 
 
+def _calls(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
+    """The imported names a module calls, as full names: ``Monitor(...)`` after ``from
+    service.monitor import Monitor``, ``monitor.Monitor(...)`` after ``from service import monitor``."""
+    local: dict[str, str] = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                local[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom):
+            base = _from_base(n, module, is_pkg)
+            local.update({a.asname or a.name: f"{base}.{a.name}" for a in n.names})
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            parts, f = [], n.func
+            while isinstance(f, ast.Attribute):
+                parts.insert(0, f.attr)
+                f = f.value
+            if isinstance(f, ast.Name) and f.id in local:
+                out.add(".".join([local[f.id], *parts]))
+    return out
+
+
+def _from_base(n: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The module a ``from ... import`` reads from, relative imports resolved."""
+    if not n.level:
+        return n.module or ""
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    base = base[: len(base) - (n.level - 1)]
+    return ".".join(base + ([n.module] if n.module else []))
+
+
 def _imports(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
     out: set[str] = set()
     for n in ast.walk(node):  # every import, module level or inside a function
         if isinstance(n, ast.Import):
             out.update(a.name for a in n.names)
         elif isinstance(n, ast.ImportFrom):
-            if n.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (n.level - 1)]
-                name = ".".join(base + ([n.module] if n.module else []))
-            else:
-                name = n.module or ""
+            name = _from_base(n, module, is_pkg)
             out.add(name)
             out.update(f"{name}.{a.name}" for a in n.names)
     return out
@@ -326,6 +383,21 @@ def background_loops(tree: Tree) -> list[str]:
     return out
 
 
+def composition_violations(tree: Tree) -> list[str]:
+    out = []
+    for module, called in sorted(tree.calls.items()):
+        if _inside(module, "service") and module != COMPOSITION_ROOT:
+            out += [
+                f"{module} builds {name}: only {COMPOSITION_ROOT} builds the parts" for name in called & COMPOSED_PARTS
+            ]
+    for module, names in sorted(tree.imports.items()):
+        for private, importers in IMPORTED_ONLY_BY.items():
+            if _inside(module, "service") and module != private and module not in importers:
+                if any(_inside(name, private) for name in names):
+                    out.append(f"{module} imports {private}: only {sorted(importers)} may (its parts come by name)")
+    return sorted(set(out))
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -359,6 +431,10 @@ def test_the_cluster_contract_is_spelled_in_one_place():
 
 def test_background_work_runs_only_as_periodic_units():
     assert background_loops(read_tree(ROOT)) == []
+
+
+def test_one_composition_root_builds_the_parts():
+    assert composition_violations(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -535,4 +611,28 @@ def test_planted_background_loops_are_found(tmp_path):
     assert [v.split(":")[0] for v in background_loops(tree)] == [
         "service.poller line 2",
         "service.sweeper line 3",
+    ]
+
+
+def test_planted_composition_violations_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            # The monitor reaches for the job commands, attempts build a code store of their own,
+            # a route takes the runtime, and a lazy import still counts.
+            "service/monitor.py": "from service.jobs import JobCommands\n",
+            "service/attempts.py": "from service.code import packages\ndef f(s):\n    return packages.CodeStore(s, s)\n",
+            "service/http/routes/jobs.py": "def f(request):\n    from service.runtime import Runtime\n",
+            "service/scheduling/preemption.py": "import service.job_reads\nr = service.job_reads.JobReads(1, 2, 3)\n",
+            # Allowed: the root builds, the routes' dependencies type the commands, the app takes the runtime.
+            "service/runtime.py": "from service.jobs import JobCommands\nfrom service.monitor import Monitor\nMonitor(JobCommands())\n",
+            "service/http/deps.py": "from service.jobs import JobCommands\n",
+            "service/http/app.py": "from service.runtime import build_runtime\n",
+        },
+    )
+    assert [v.split(":")[0] for v in composition_violations(tree)] == [
+        "service.attempts builds service.code.packages.CodeStore",
+        "service.http.routes.jobs imports service.runtime",
+        "service.monitor imports service.jobs",
+        "service.scheduling.preemption builds service.job_reads.JobReads",
     ]
