@@ -1,5 +1,5 @@
 """The job commands: submit, cancel, resume and delete jobs (reading them is
-``service/job_reads.py``; what running jobs push is ``service/events/pushes.py``). Built by
+``service/job_reads.py``; what running jobs push is ``service/events/push.py``). Built by
 the composition root (``service/runtime.py``), which hands it the store, the cluster, the
 code store and the reads by name. It never waits on training: a submit only records the
 job (QUEUED); the monitor starts it on the cluster (``service/attempts.py``)."""

@@ -26,7 +26,7 @@ from service.eventlog.deliverer import POLL_S, Deliverer
 from service.events.ingest import Ingest
 from service.events.limits import EventLimits
 from service.events.log_tails import LogTails
-from service.events.pushes import Pushes
+from service.events.push import Pushes
 from service.job_reads import JobReads
 from service.jobs import JobCommands
 from service.monitor import ACCOUNT_EVERY_S, MIN_TICK_GAP_S, Monitor
@@ -52,7 +52,7 @@ class Runtime:
     reads: JobReads  # reading jobs (service/job_reads.py)
     jobs: JobCommands  # submit, cancel, resume, delete (service/jobs.py)
     ingest: Ingest  # what running jobs report, from either channel (service/events/ingest.py)
-    pushes: Pushes  # the HTTP channel's events in: its check, gate and batches (service/events/pushes.py)
+    pushes: Pushes  # the HTTP channel's events in: its check, gate and batches (service/events/push.py)
     monitor: Monitor  # follows, reconciles, admits, starts and preempts (service/monitor.py)
     retention: Retention
     deliverer: Deliverer  # webhooks (service/eventlog/deliverer.py), on a thread of its own

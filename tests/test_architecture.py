@@ -131,7 +131,7 @@ COMPOSED_PARTS = frozenset(
     {
         "service.jobs.JobCommands",
         "service.job_reads.JobReads",
-        "service.events.pushes.Pushes",
+        "service.events.push.Pushes",
         "service.events.ingest.Ingest",
         "service.events.log_tails.LogTails",
         "service.monitor.Monitor",

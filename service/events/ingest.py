@@ -46,6 +46,7 @@ from api.schemas.events import (
     TrialMetricEvent,
     WorkerFailureEvent,
     WorkerGroupEvent,
+    parse_event,
 )
 from service import lifecycle
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, WorkerGroupRow
@@ -54,7 +55,6 @@ from service.eventlog.log import job_may_log, record
 from service.events import limits, logs, phases
 from service.events.batch import Batch, as_int, metric, trial_metric, trial_row
 from service.events.limits import Dropped, EventLimits, room
-from service.events.push import parse_all
 from service.files import storage
 
 RECEIVING = (
@@ -84,6 +84,18 @@ def parse_log_events(text: str) -> list[Any]:
         except (json.JSONDecodeError, RecursionError):
             out.append(body[:MAX_REASON])
     return out
+
+
+def parse_all(raws: list[Any]) -> tuple[list[Any], list[Exception]]:
+    """The events that validate, and why each of the others does not."""
+    parsed: list[Any] = []
+    refused: list[Exception] = []
+    for raw in raws:
+        try:
+            parsed.append(parse_event(raw))
+        except (ValidationError, ValueError, TypeError, RecursionError) as exc:
+            refused.append(exc)
+    return parsed, refused
 
 
 class Ingest:

@@ -22,7 +22,7 @@ from api.schemas import INT64_MAX
 from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
-from service.events.pushes import Pushes
+from service.events.push import Pushes
 from service.events.trials import TrialService
 from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate

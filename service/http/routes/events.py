@@ -1,7 +1,7 @@
 """The channel running jobs push their events on: authorised per job by its events
 token, not by the API token, and left out of the OpenAPI document (it is not for users).
 A post carries one event or a batch of them (admitted one at a time per job and stored in
-short transactions: service/events/pushes.py). A post names the Ray submission id of its
+short transactions: service/events/push.py). A post names the Ray submission id of its
 attempt (``Raydock-Submission-Id``): one of an attempt that is not the job's current one
 is refused (409 ``not_current_attempt``), so a token is good for its attempt only. What an event may
 change is decided by ingestion (service/events/ingest.py), never here."""
