@@ -1,9 +1,9 @@
 """The one way routes reach the server: ``Annotated`` dependencies for the parts the
 composition root built (``service/runtime.py``): the job commands and reads, the events
-pushes, the cluster, the code store, the trial reads, the store, users and projects, the caller (``CurrentCaller``, decided by
-the request guard) and the job ids it may read (``JobId``) or change (``WritableJobId``),
-and the bounded path and query parameters every route shares. Routes never touch
-``request.app.state`` themselves.
+pushes, the cluster, the code store, the trial reads, the store, users and projects; the
+caller (``CurrentCaller``, decided by the request guard) and the job ids it may read
+(``JobId``) or change (``WritableJobId``); and the bounded path and query parameters every
+route shares. Routes never touch ``request.app.state`` themselves.
 
 Dependencies that only look something up (or compare a token) are ``async def``: FastAPI
 runs a plain ``def`` dependency in a worker thread, and that hop costs more than the
