@@ -23,7 +23,6 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from service.attempts import Attempts
 from tests import attacks, code_attacks
 from tests.code_attacks import INSTALLER_ATTACKS, job
 
@@ -84,8 +83,8 @@ def rewritten_package(root: Path) -> None:
         code_attacks.stored_package(target, sha).write_bytes(code_attacks.package({"main.py": b"import os\n"}))
         head = httpx.head(f"{target.url}/v1/code/{sha}").status_code
         row("HEAD of a package rewritten in storage", str(head), "404 (uploaded again)", head == 404)
-        prepared = Attempts(target.service, store_id="bench").prepare(victim)
-        info = target.service.get(victim)
+        prepared = target.service.monitor.attempts.prepare(victim)
+        info = target.service.reads.get(victim)
         fine = prepared is None and (info.error or "").startswith("code_package_altered")
         row(
             "attempt of a job whose package was rewritten",

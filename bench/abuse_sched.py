@@ -27,7 +27,6 @@ import httpx
 
 from api.schemas import QuotaSpec
 from bench.figures import row, run_attacks
-from service.attempts import Attempts
 from service.db.models import utcnow
 from service.files import storage
 from service.scheduling import fair_share, queue
@@ -50,11 +49,11 @@ def wide_range_in_a_small_quota(root: Path) -> None:
         queue.record_starts(s, plan)
     held = loads["wide"].cpus
     row("CPUs a 1..4096 range holds in a project of max_cpus 2", f"{held:g}", "<= 2", held <= 2)
-    prepared = Attempts(service, "bench").prepare(job)
+    prepared = service.monitor.attempts.prepare(job)
     with storage.open_random_access(prepared.launch_uri) as f:
         launched = json.loads(f.read())["spec"]["scaling"]["num_workers"]["max"]
     row("max workers its driver hands Ray Train", str(launched), "<= 2", launched <= 2)
-    borrowed = service.get(job).borrowed
+    borrowed = service.reads.get(job).borrowed
     row("borrowed beyond its 1-CPU guarantee", str(borrowed), "True", borrowed)
     set_columns(service, job, status="RUNNING", attempt=1, attempt_started_at=utcnow())
     submit(service, "owner", "owned", {"num_workers": 1, "cpus_per_worker": 3})

@@ -53,8 +53,7 @@ from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.listing import encode_cursor
 from service.db.models import JobLabelRow, JobRow, utcnow
-from service.jobs import JobService
-from service.monitor import Monitor
+from service.runtime import compose
 from service.scheduling import queue
 from service.settings import Settings
 from tests.conftest import digits_spec
@@ -215,8 +214,8 @@ def tick_figures(database_url: str, data_dir: Path, dead: str) -> tuple[str, str
     """One monitor tick on this store: the first (it stores every queue position) and a
     steady one, with the rows each wrote."""
     settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
-    service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
-    monitor = Monitor(service)
+    service = compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
+    monitor = service.monitor
     engine = service.sessions.kw["bind"]
     written = []
     event.listen(

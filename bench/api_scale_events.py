@@ -38,7 +38,7 @@ from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import CheckpointRow, LogChunkRow, MetricRow
 from service.db.models import JobRow
 from service.events.tokens import token_hash
-from service.jobs import JobService
+from service.runtime import compose
 from service.settings import Settings
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
@@ -68,7 +68,7 @@ class Bench:
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=120)
         settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
-        self.service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
+        self.service = compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
         self.batched = True
 
     def close(self) -> None:
@@ -76,7 +76,7 @@ class Bench:
         self.server.stop()
 
     def running_job(self) -> str:
-        job, _ = self.service.submit(parse_job_spec(digits_spec()))
+        job, _ = self.service.jobs.submit(parse_job_spec(digits_spec()))
         self._set(job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN))
         return job.id
 
@@ -154,7 +154,7 @@ class Bench:
 
     def seed_log(self, job_id: str, mb: int) -> int:
         line = ("x" * 99 + "\n") * 10_485  # ~1 MiB
-        log = getattr(self.service.events, "log")
+        log = getattr(self.service.ingest, "log")
         at = 0
         if "at" in inspect.signature(log).parameters:
             for _ in range(mb):
@@ -167,7 +167,7 @@ class Bench:
         return at
 
     def seed_checkpoint(self, job_id: str, mb: int) -> int:
-        ckpt = Path(self.service.prefix(job_id)) / "checkpoint_000000"
+        ckpt = Path(self.service.reads.prefix(job_id)) / "checkpoint_000000"
         (ckpt / "shards").mkdir(parents=True)
         for i in range(mb // 50):
             (ckpt / "shards" / f"part{i}.bin").write_bytes(os.urandom(50 << 20))

@@ -35,7 +35,7 @@ from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import MetricRow
 from service.db.models import JobRow
 from service.events import rollups
-from service.jobs import JobService
+from service.runtime import compose
 from service.settings import Settings
 from tests.conftest import digits_spec
 from tests.servers import ServerProcess
@@ -51,8 +51,8 @@ PAINTED = "() => ({ready}) && (window.paintedAt = performance.now())"
 def seed_series(database_url: str, data_dir: Path, dead: str, n: int) -> str:
     """A finished job with an n-point series (loss, acc), stored as ingestion stores it."""
     settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": dead})
-    service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
-    job, _ = service.submit(parse_job_spec(digits_spec(name="long-series", epochs=100)))
+    service = compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead, timeout_s=2))
+    job, _ = service.jobs.submit(parse_job_spec(digits_spec(name="long-series", epochs=100)))
     with service.sessions.begin() as s:
         for start in range(0, n, BATCH):
             rows = [

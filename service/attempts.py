@@ -30,22 +30,24 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import sessionmaker
 
 from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV, WARM_IDLE_ENV
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
 from api.schemas.launch import LaunchFile
 from service import lifecycle
-from service.code.packages import altered
+from service.cluster.ray_backend import RayBackend
+from service.code.packages import CodeStore, altered
 from service.code.user_code import check_user_code
 from service.db.models import JobRow
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
 from service.files import storage
-from service.jobs import JobService
 from service.scheduling import rank_plan
 from service.scheduling.elastic_grant import launched_spec
 from service.scheduling.preemption import marker_uri
+from service.settings import Settings
 from service.stored import phases
 from service.stored.specs import stored_spec
 
@@ -79,11 +81,13 @@ class Prepared:
 
 
 class Attempts:
-    def __init__(self, service: JobService, store_id: str):
-        self.service = service
-        self.sessions = service.sessions
-        self.backend = service.backend
-        self.settings = service.settings
+    """``store_id``: this store's id, put on every Ray job it starts (``reconcile`` stops only its own)."""
+
+    def __init__(self, settings: Settings, sessions: sessionmaker, backend: RayBackend, code: CodeStore, store_id: str):
+        self.settings = settings
+        self.sessions = sessions
+        self.backend = backend
+        self.code = code  # uploaded packages: where Ray fetches one, and its hash checked again
         self.store_id = store_id
         self.faults = self.settings.faults  # test-only (service/settings/faults.py)
         self._faulted: set[str] = set()
@@ -135,7 +139,10 @@ class Attempts:
             attempt, sid, kind = job.attempt + 1, job.submission_id, job.kind
             spec_json = launched_spec(job.spec, job.granted_workers)  # an elastic job's max as granted
             previous, launch_sha256 = job.ray_job_id, job.launch_sha256
-        prefix, name = self.service.prefix(job_id), f"{storage.LAUNCH_DIR}/launch-{attempt}.json"
+        prefix, name = (
+            storage.job_prefix(self.settings.storage.resolved_storage_path, job_id),
+            f"{storage.LAUNCH_DIR}/launch-{attempt}.json",
+        )
         uri = storage.join(prefix, name)
         if sid is None:
             sid = submission_id(job_id, attempt)
@@ -174,7 +181,7 @@ class Attempts:
         if train.working_dir:
             runtime_env["working_dir"] = train.working_dir
         elif train.is_user_code and train.code:  # an uploaded package: Ray fetches and unpacks it on each node
-            runtime_env["working_dir"] = self.service.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
+            runtime_env["working_dir"] = self.code.fetch_uri(train.code.removeprefix(CODE_REF_PREFIX))
         return Prepared(job_id, kind, attempt, sid, uri, runtime_env, previous, resources)
 
     def _launched_resources(self, uri: str, sha256: str | None) -> dict[str, float] | None:
@@ -203,7 +210,7 @@ class Attempts:
         try:
             check_user_code(spec, self.settings)
             sha256 = train.code.removeprefix(CODE_REF_PREFIX) if train.code else None
-            if sha256 and not self.service.code.verify(sha256):
+            if sha256 and not self.code.verify(sha256):
                 raise altered(sha256)
         except (InvalidSpec, Conflict) as exc:
             self._fail_unstarted(

@@ -1,5 +1,6 @@
 """Reading jobs: one job, the list, and what a job left behind (its reports, log and
-checkpoints). ``JobService`` (``service/jobs.py``) adds submitting and controlling them."""
+checkpoints). A part of its own, built by the composition root (``service/runtime.py``):
+the routes read through it, and the job commands (``service/jobs.py``) answer with it."""
 
 from __future__ import annotations
 
@@ -20,34 +21,38 @@ from service.files import archive, storage
 from service.settings import Settings
 
 
+def job_row(s: Session, job_id: str) -> JobRow:
+    """The job's row in this transaction; 404 ``job_not_found`` for no such job."""
+    job = s.get(JobRow, job_id)
+    if job is None:
+        job_missing(job_id)
+    return job
+
+
+def job_missing(job_id: str):
+    raise job_not_found(job_id)
+
+
 class JobReads:
-    def __init__(self, settings: Settings, sessions: sessionmaker):
+    """``loop``: the point reads the event loop makes (a job, its project) on a connection of their own."""
+
+    def __init__(self, settings: Settings, sessions: sessionmaker, loop: job_records.LoopReads):
         self.settings = settings
         self.sessions = sessions
-        self.reads = job_records.LoopReads(sessions.kw["bind"])
+        self.loop = loop
 
     def prefix(self, job_id: str) -> str:
         """The job's own storage prefix: everything it may write and we may read for it."""
         return storage.job_prefix(self.settings.storage.resolved_storage_path, job_id)
 
-    def _job(self, s: Session, job_id: str) -> JobRow:
-        job = s.get(JobRow, job_id)
-        if job is None:
-            self._job_missing(job_id)
-        return job
-
-    @staticmethod
-    def _job_missing(job_id: str):
-        raise job_not_found(job_id)
-
     def get(self, job_id: str) -> JobPublic:
-        job = job_records.read_pooled(self.reads.engine, job_id)  # the queue position is stored by the monitor
-        return job if job is not None else self._job_missing(job_id)
+        job = job_records.read_pooled(self.loop.engine, job_id)  # the queue position is stored by the monitor
+        return job if job is not None else job_missing(job_id)
 
     async def read(self, job_id: str) -> JobPublic:
         """``get`` for the event loop (``service/db/job_records.py``)."""
-        job = await self.reads.job(job_id)
-        return job if job is not None else self._job_missing(job_id)
+        job = await self.loop.job(job_id)
+        return job if job is not None else job_missing(job_id)
 
     def list(
         self,
@@ -70,21 +75,21 @@ class JobReads:
     def metrics(self, job_id: str, since: int = -1, limit: int = series.PAGE_DEFAULT) -> tuple[list[MetricPoint], bool]:
         """A page of reports with seq > since, and whether more follow (``service/events/reads/series.py``)."""
         with self.sessions() as s:
-            self._job(s, job_id)
+            job_row(s, job_id)
             return series.page(s, job_id, since, limit)
 
     def metrics_downsampled(
         self, job_id: str, since: int, max_points: int, until: int | None = None
     ) -> list[MetricPoint]:
         with self.sessions() as s:
-            self._job(s, job_id)
+            job_row(s, job_id)
             return series.downsample(s, job_id, since, max_points, until)
 
     def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
         """Stored log text from character ``offset`` on (a few MiB at most) and the offset
         after it (``service/events/logs.py``)."""
         with self.sessions() as s:
-            self._job(s, job_id)
+            job_row(s, job_id)
             return logs.read(s, job_id, offset)
 
     def log_stream(self, job_id: str, offset: int = 0) -> Iterator[str]:
@@ -99,7 +104,7 @@ class JobReads:
 
     def checkpoints(self, job_id: str) -> list[CheckpointPublic]:
         with self.sessions() as s:
-            self._job(s, job_id)
+            job_row(s, job_id)
             rows = s.scalars(
                 select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)
             ).all()
@@ -116,7 +121,7 @@ class JobReads:
 
     def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
         with self.sessions() as s:
-            self._job(s, job_id)
+            job_row(s, job_id)
             row = s.get(CheckpointRow, checkpoint_id)
         prefix = self.prefix(job_id)
         if row is None or row.job_id != job_id or not storage.owned(row.path, prefix):

@@ -1,7 +1,8 @@
-"""The job service: submit and control jobs (reading them is ``service/job_reads.py``).
-Route handlers call this and nothing else; it never waits on training. Submission only records the job (QUEUED); the monitor
-starts it on the cluster (``service.attempts``), and what running jobs report comes in
-through ``service.events.ingest``."""
+"""The job commands: submit, cancel, resume and delete jobs (reading them is
+``service/job_reads.py``; what running jobs push is ``service/events/push.py``). Built by
+the composition root (``service/runtime.py``), which hands it the store, the cluster, the
+code store and the reads by name. It never waits on training: a submit only records the
+job (QUEUED); the monitor starts it on the cluster (``service/attempts.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import ClusterUnavailable, Conflict, NotFound, Unauthorized
+from api.errors import ClusterUnavailable, Conflict, NotFound
 from api.schemas import (
     CODE_REF_PREFIX,
     CancelledJobs,
@@ -26,7 +27,6 @@ from api.schemas import (
     JobStatus,
     code_spec,
 )
-from api.schemas.events import SUBMISSION_HEADER
 from api.schemas.tenancy import DEFAULT_PROJECT
 from service import lifecycle
 from service.cluster.ray_backend import RayBackend
@@ -38,11 +38,8 @@ from service.db.job_records import to_public
 from service.db.models import JobRow, count, utcnow
 from service.eventlog import subscriptions
 from service.eventlog.log import SYSTEM, record
-from service.events.ingest import Ingest
-from service.events.push import PushGate, check_search_batch, chunks
-from service.events.tokens import token_matches
 from service.files import storage
-from service.job_reads import JobReads
+from service.job_reads import JobReads, job_missing, job_row
 from service.scheduling import admission, node_fit, queue
 from service.settings import Settings
 from service.stored import phases
@@ -60,15 +57,17 @@ def body_hash(spec: JobSpec) -> str:
     return hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-class JobService(JobReads):
-    def __init__(self, settings: Settings, sessions: sessionmaker, backend: RayBackend):
-        super().__init__(settings, sessions)
+class JobCommands:
+    def __init__(
+        self, settings: Settings, sessions: sessionmaker, backend: RayBackend, code: CodeStore, reads: JobReads
+    ):
+        self.settings = settings
+        self.sessions = sessions
         self.backend = backend
-        self.events = Ingest(sessions, settings.storage.resolved_storage_path, settings.events)
-        self.pushes = PushGate()  # one post of a job's events in flight (service/events/push.py)
+        self.code = code  # uploaded code packages (service/code/packages.py)
+        self.reads = reads  # a command answers with the job as read back
         self.on_submit: Callable[[], None] = lambda: None  # the monitor wakes up on it
         self._capacity_seen: tuple[float, Any] = (float("-inf"), None)
-        self.code = CodeStore(settings, sessions)  # uploaded code packages (service/code/packages.py)
 
     # ------------------------------------------------------------------ submit
 
@@ -174,13 +173,13 @@ class JobService(JobReads):
                 "Send the same body to retry that submit, or use a new key for a new job.",
                 code="idempotency_key_reused",
             )
-        return self.get(row.id)
+        return self.reads.get(row.id)
 
     # ------------------------------------------------------------------ control
 
     def cancel(self, job_id: str, *, actor: str = SYSTEM) -> JobPublic:
         with self.sessions.begin() as s:
-            job = self._job(s, job_id)
+            job = job_row(s, job_id)
             for _ in range(3):  # a lost race re-reads the job and decides again
                 status = JobStatus(job.status)
                 if status.is_terminal():
@@ -243,7 +242,7 @@ class JobService(JobReads):
                 continue
             try:
                 if job_id not in known:
-                    self._job_missing(job_id)
+                    job_missing(job_id)
                 self.cancel(job_id, actor=actor)
                 cancelled.append(job_id)
             except (Conflict, NotFound) as exc:
@@ -255,7 +254,7 @@ class JobService(JobReads):
         checkpoint state under the same storage name, so the loop's
         ``ray.train.get_checkpoint()`` returns the last checkpoint."""
         with self.sessions.begin() as s:
-            job = self._job(s, job_id)
+            job = job_row(s, job_id)
             status = JobStatus(job.status)
             if job.deleting:
                 raise Conflict(f"Job {job_id} is being deleted; it cannot be resumed.", code="job_being_deleted")
@@ -276,11 +275,11 @@ class JobService(JobReads):
                 raise Conflict(f"Job {job_id} changed while it was being resumed; try again.", code="job_not_resumable")
             record(s, "resumed", job_id=job_id, actor=actor, status=status.value, from_checkpoint=bool(has_checkpoint))
         self.on_submit()
-        return self.get(job_id)
+        return self.reads.get(job_id)
 
     def delete(self, job_id: str, *, actor: str = SYSTEM) -> None:
         with self.sessions.begin() as s:
-            job = self._job(s, job_id)
+            job = job_row(s, job_id)
             if not JobStatus(job.status).is_terminal():
                 raise Conflict(
                     f"Job {job_id} is {job.status}; cancel it first (POST /v1/jobs/{job_id}/cancel), then delete it.",
@@ -293,7 +292,7 @@ class JobService(JobReads):
         purge.delete_jobs(self.sessions, [job_id])
         # The rows are gone first: a crash here leaves files, never a row without files.
         try:
-            storage.remove(self.prefix(job_id))
+            storage.remove(self.reads.prefix(job_id))
         except OSError as exc:  # a job still writing there; what it left is only ever its own
             log.warning("job %s deleted; its storage could not be removed: %s", job_id, exc)
         if ray_job_id:
@@ -301,33 +300,3 @@ class JobService(JobReads):
                 self.backend.delete(ray_job_id)
             except ClusterUnavailable:
                 pass
-
-    # ------------------------------------------------------------------ events in
-
-    def check_push(self, job_id: str, token: str | None, submission_id: str | None) -> None:
-        """An events post must carry the events token of the job's current attempt
-        (401 otherwise) and name that attempt's Ray submission id (409 otherwise): one
-        read of the job's row for both."""
-        with self.sessions() as s:
-            q = select(JobRow.events_token_hash, JobRow.ray_job_id, JobRow.submission_id).where(JobRow.id == job_id)
-            row = s.execute(q).first()
-        if row is None or not token_matches(row.events_token_hash, token):
-            raise Unauthorized("unknown job or wrong events token")
-        if not submission_id or submission_id not in (row.ray_job_id, row.submission_id):
-            raise Conflict(
-                f"This post names {'no' if not submission_id else 'another'} attempt of job {job_id}; events are "
-                f"taken only from its current attempt, named by the {SUBMISSION_HEADER} header (its Ray submission id).",
-                code="not_current_attempt",
-            )
-
-    def ingest(self, job_id: str, events: list[Any], *, push: bool = False, submission_id: str | None = None) -> None:
-        """Events of a job; a post (``push``, of the attempt ``submission_id``) is admitted
-        one at a time per job and stored a bounded number of events per transaction
-        (``service/events/push.py``)."""
-        if not push:
-            self.events.take(job_id, events)
-            return
-        check_search_batch(events, self.settings.events.max_search_events_per_push)
-        with self.pushes.admit(job_id):
-            for part in chunks(events, self.settings.events.events_per_transaction):
-                self.events.take(job_id, part, push=True, attempt_of=submission_id)

@@ -23,17 +23,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 
 from api.errors import ClusterUnavailable
 from api.schemas import FailureCause, JobStatus
 from service import lifecycle
 from service.attempts import ACTIVE, Attempts
-from service.db.models import JobRow, aware, store_id, utcnow
+from service.cluster.ray_backend import RayBackend
+from service.db.models import JobRow, aware, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
-from service.jobs import JobService
 from service.scheduling.preemption import Preemptions
 from service.scheduling.queue_keeper import QueueKeeper
+from service.settings import Settings
 from service.tenancy import usage
 
 log = logging.getLogger("raydock.monitor")
@@ -71,32 +73,38 @@ class Outage:
 
 
 class Monitor:
-    def __init__(self, service: JobService):
-        self.service = service
-        self.sessions = service.sessions
-        self.backend = service.backend
-        self.settings = service.settings
-        self.interval = service.settings.cluster.monitor_interval_s
-        self.attempts = Attempts(service, store_id(service.sessions))
+    """Its collaborators come by name from the composition root (service/runtime.py): the
+    attempts it starts and reconciles, the queue keeper whose decisions it carries out, the
+    preemptions it makes and the log tails it reads."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: sessionmaker,
+        backend: RayBackend,
+        *,
+        attempts: Attempts,
+        queue: QueueKeeper,
+        preemptions: Preemptions,
+        tails: LogTails,
+    ):
+        self.settings = settings
+        self.sessions = sessions
+        self.backend = backend
+        self.attempts = attempts
         # Wakes the tick's unit (service/runtime.py points it there): a submit starts at once.
         self.wake: Callable[[], None] = lambda: None
         self._reconciled_at = float("-inf")
         self._follow_failures: dict[str, int] = {}
-        self.tails = LogTails(service.backend, service.events)
+        self.tails = tails
         self._submitting: set[str] = set()
         self._submit_lock = threading.Lock()
         # The tick and the usage count are units of their own but never run at once: an
         # attempt's end is counted by the same follow that moves it, as when they were one loop.
         self._passes = threading.Lock()
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
-        self.queue = QueueKeeper(
-            service.sessions,
-            service.backend,
-            ACTIVE,
-            service.settings.scheduling.default_quota,
-            service.settings.scheduling.fair_share_half_life_s,
-        )
-        self.preemptions = Preemptions(service)
+        self.queue = queue
+        self.preemptions = preemptions
         self._outage = Outage()
 
     # ------------------------------------------------------------------ one pass
@@ -126,11 +134,11 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        for job_id in self.queue.admit():
+        admitted = self.queue.admit()
+        for job_id in admitted.start:
             self._dispatch(job_id)
-        if self.queue.preempt is not None:
-            victims, for_job, for_project = self.queue.preempt
-            self.preemptions.preempt(victims, for_job, for_project)
+        if (preempt := admitted.preempt) is not None:
+            self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project)
 
     def account(self) -> None:
         """Count the running attempts' usage up to now and add what was counted to the

@@ -1,21 +1,37 @@
-"""Wiring of one server process: settings -> store, Ray backend (a local head when no
-``RAY_ADDRESS`` is set), job service, and the background work as named periodic units
-(service/background/) that the server's lifespan starts and stops through one runner."""
+"""The composition root: the one place the server is wired. ``build_runtime`` turns settings
+into the store and the Ray backend (a local head when no ``RAY_ADDRESS`` is set);
+``compose`` builds every other part from those and hands each its collaborators by name
+(no part reaches the store or the cluster through another); ``units`` makes the
+background work named periodic units (service/background/) that the server's lifespan
+starts and stops through one runner. The HTTP app and the tests take parts from the
+``Runtime`` it returns."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy.orm import sessionmaker
+
+from service.attempts import ACTIVE, Attempts
 from service.background.periodic import Periodic
 from service.background.runner import Runner
 from service.cluster.local_cluster import LocalHead, ensure_head
 from service.cluster.ray_backend import RayBackend
+from service.code.packages import CodeStore
 from service.db.engine import make_engine, make_sessionmaker
+from service.db.job_records import LoopReads
+from service.db.models import store_id
 from service.eventlog.deliverer import POLL_S, Deliverer
-from service.jobs import JobService
+from service.events.ingest import Ingest
+from service.events.log_tails import LogTails
+from service.events.push import Pushes
+from service.job_reads import JobReads
+from service.jobs import JobCommands
 from service.monitor import ACCOUNT_EVERY_S, MIN_TICK_GAP_S, Monitor
 from service.retention import Policy, Retention
+from service.scheduling.preemption import Preemptions
+from service.scheduling.queue_keeper import QueueKeeper
 from service.settings import Settings
 from service.telemetry import instruments
 from service.tenancy.bootstrap import bootstrap
@@ -29,14 +45,20 @@ log = logging.getLogger("raydock")
 @dataclass
 class Runtime:
     settings: Settings
-    service: JobService
-    monitor: Monitor
-    head: LocalHead | None
-    retention: Retention | None = None  # None: no retention policy set
-    deliverer: Deliverer | None = None  # webhooks (service/eventlog/deliverer.py), on a thread of its own
-    users: Users | None = None  # users and their tokens (service/tenancy/)
-    projects: Projects | None = None
-    runner: Runner | None = None  # the background units (``units``), started and stopped by the lifespan
+    sessions: sessionmaker  # the store
+    backend: RayBackend  # the one part that talks to Ray (service/cluster/)
+    code: CodeStore  # uploaded code packages (service/code/)
+    reads: JobReads  # reading jobs (service/job_reads.py)
+    jobs: JobCommands  # submit, cancel, resume, delete (service/jobs.py)
+    ingest: Ingest  # what running jobs report, from either channel (service/events/ingest.py)
+    pushes: Pushes  # the HTTP channel's events in: its check, gate and batches (service/events/push.py)
+    monitor: Monitor  # follows, reconciles, admits, starts and preempts (service/monitor.py)
+    retention: Retention
+    deliverer: Deliverer  # webhooks (service/eventlog/deliverer.py), on a thread of its own
+    users: Users  # users and their tokens (service/tenancy/)
+    projects: Projects
+    runner: Runner  # the background units (``units``), started and stopped by the lifespan
+    head: LocalHead | None = None  # the local Ray head this server started; None: RAY_ADDRESS
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -58,35 +80,64 @@ def build_runtime(settings: Settings) -> Runtime:
         log.info("using local Ray head at %s (pid %s)", address, head.pid)
     sessions = make_sessionmaker(make_engine(settings.storage.resolved_database_url))
     bootstrap(sessions, settings.storage.data_dir)  # the first start's admin and its token file
-    service = JobService(
+    backend = RayBackend(
+        address,
+        autoscaler_config=settings.cluster.autoscaler_config,
+        auth_token=head.auth_token() if head else None,
+        warm_start=settings.startup.warm_start,
+    )
+    return compose(settings, sessions, backend, head)
+
+
+def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, head: LocalHead | None = None) -> Runtime:
+    """Every part over this store and this cluster, each handed its collaborators by name
+    (the background units made, not started)."""
+    code = CodeStore(settings, sessions)
+    reads = JobReads(settings, sessions, LoopReads(sessions.kw["bind"]))
+    jobs = JobCommands(settings, sessions, backend, code, reads)
+    storage_path = settings.storage.resolved_storage_path
+    ingest = Ingest(sessions, storage_path, settings.events)
+    pushes = Pushes(
+        sessions,
+        ingest,
+        max_search_events=settings.events.max_search_events_per_push,
+        events_per_transaction=settings.events.events_per_transaction,
+    )
+    monitor = Monitor(
         settings,
         sessions,
-        RayBackend(
-            address,
-            autoscaler_config=settings.cluster.autoscaler_config,
-            auth_token=head.auth_token() if head else None,
-            warm_start=settings.startup.warm_start,
-        ),
+        backend,
+        attempts=Attempts(settings, sessions, backend, code, store_id(sessions)),
+        queue=QueueKeeper(sessions, backend, ACTIVE, settings.scheduling.default_quota, settings.scheduling.fair_share_half_life_s),
+        preemptions=Preemptions(sessions, storage_path, settings.scheduling.preemption_grace_s),
+        tails=LogTails(backend, ingest),
     )
-    monitor = Monitor(service)
     policy = Policy.from_settings(settings)  # the event log's retention is always set: there is always a sweep
     retention = Retention(
         sessions,
-        settings.storage.resolved_storage_path,
+        storage_path,
         policy,
         settings.retention.retention_interval_s,
-        ray=service.backend,
+        ray=backend,
         event_log_days=settings.retention.event_log_retention_days,
     )
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
     users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)
-    runner = units(settings, service, monitor, retention, deliverer)
-    return Runtime(settings, service, monitor, head, retention, deliverer, users, Projects(sessions), runner)
+    runner = units(settings, sessions, backend, code, jobs, monitor, retention, deliverer)
+    parts = (code, reads, jobs, ingest, pushes, monitor, retention, deliverer, users, Projects(sessions), runner)
+    return Runtime(settings, sessions, backend, *parts, head)  # in the order of Runtime's fields
 
 
 def units(
-    settings: Settings, service: JobService, monitor: Monitor, retention: Retention, deliverer: Deliverer
+    settings: Settings,
+    sessions: sessionmaker,
+    backend: RayBackend,
+    code: CodeStore,
+    jobs: JobCommands,
+    monitor: Monitor,
+    retention: Retention,
+    deliverer: Deliverer,
 ) -> Runner:
     """Every piece of background work, as a named unit with its cadence (not started)."""
     runner = Runner(observe=instruments.background_ran)  # raydock_background_runs_total{unit,outcome}
@@ -96,13 +147,13 @@ def units(
             "monitor", settings.cluster.monitor_interval_s, monitor.tick, min_gap_s=MIN_TICK_GAP_S, max_backoff_s=5.0
         )
     )
-    monitor.wake = service.on_submit = tick.wake
+    monitor.wake = jobs.on_submit = tick.wake
     runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account))
-    runner.add(Periodic("code-collection", lambda: service.code.collect_every_s, service.code.collect))
-    runner.add(Periodic("warm-pool", service.backend.pool.refresh_s, service.backend.refresh_warm_pool))
+    runner.add(Periodic("code-collection", lambda: code.collect_every_s, code.collect))
+    runner.add(Periodic("warm-pool", backend.pool.refresh_s, backend.refresh_warm_pool))
     runner.add(Periodic("retention", settings.retention.retention_interval_s, retention.sweep))
     # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
-    exporter = Exporter(service.sessions, settings)
+    exporter = Exporter(sessions, settings)
     runner.add(Periodic("tracking-export", settings.tracking.tracking_interval_s, exporter.export_once))
     # Webhooks: their posts run side by side on a loop of their own (their lanes are the deliverer's).
     runner.add(Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose))

@@ -18,7 +18,7 @@ from api.schemas.events import SUBMISSION_HEADER
 from service.db.event_models import MetricRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
 from service.events.tokens import token_hash
-from service.jobs import JobService
+from service.runtime import Runtime
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, job_service, set_columns, submit
 from tests.servers import ServerProcess
@@ -41,7 +41,7 @@ SEARCH = {
 @dataclass
 class Target:
     server: ServerProcess
-    service: JobService  # the same store, in this process: jobs are put where an attack needs them
+    service: Runtime  # the same store, in this process: jobs are put where an attack needs them
 
     @property
     def url(self) -> str:
@@ -58,7 +58,7 @@ class Target:
     def running_search(self) -> str:
         from api.schemas import parse_job_spec
 
-        job, _ = self.service.submit(parse_job_spec(SEARCH))
+        job, _ = self.service.jobs.submit(parse_job_spec(SEARCH))
         set_columns(
             self.service, job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
         )
@@ -193,7 +193,7 @@ def seed_trial_reports(target: Target, job_id: str, n: int = 100_000, batch: int
     """``n`` reports of a search, taken in by the server's own ingestion (in this
     process, on the same store), so the trials' best values are kept as in production."""
     for start in range(0, n, batch):
-        target.service.ingest(job_id, trial_reports(start, min(batch, n - start), trials=50))
+        target.service.ingest.take(job_id, trial_reports(start, min(batch, n - start), trials=50))
 
 
 def best_by_reading_every_report(target: Target, job_id: str) -> tuple[str, float, dict]:

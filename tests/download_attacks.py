@@ -27,7 +27,7 @@ def checkpoint(
     target: Target, job_id: str, files: dict[str, bytes], name: str = "checkpoint_000001"
 ) -> tuple[int, Path]:
     """``files`` written in the job's prefix as a checkpoint the job reported; its row id and directory."""
-    ckpt = Path(target.service.prefix(job_id)) / name
+    ckpt = Path(target.service.reads.prefix(job_id)) / name
     for rel, data in files.items():
         (ckpt / rel).parent.mkdir(parents=True, exist_ok=True)
         (ckpt / rel).write_bytes(data)

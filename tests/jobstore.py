@@ -1,6 +1,7 @@
-"""A job service on a real database with no Ray behind it (a port where no dashboard
-answers): submits are recorded and stay QUEUED. For the store, queue and retention tests,
-on SQLite and on the session's PostgreSQL (``database_url``)."""
+"""The server's parts on a real database with no Ray behind it (a port where no dashboard
+answers), built by the composition root (``service.runtime.compose``): submits are
+recorded and stay QUEUED. For the store, queue and retention tests, on SQLite and on the
+session's PostgreSQL (``database_url``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import JobRow
-from service.jobs import JobService
+from service.runtime import Runtime, compose
 from service.settings import Settings
 from tests.conftest import digits_spec
 
@@ -22,19 +23,20 @@ def dead_ray() -> str:
     return f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
 
 
-def job_service(database_url: str, data_dir: Path) -> JobService:
+def job_service(database_url: str, data_dir: Path) -> Runtime:
+    """Every part of a server over this store, none of its background units started."""
     address = dead_ray()
     settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": address})
-    return JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(address, timeout_s=2))
+    return compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(address, timeout_s=2))
 
 
-def submit(service: JobService, **overrides) -> str:
-    job, created = service.submit(parse_job_spec(digits_spec(**overrides)))
+def submit(service: Runtime, **overrides) -> str:
+    job, created = service.jobs.submit(parse_job_spec(digits_spec(**overrides)))
     assert created
     return job.id
 
 
-def set_columns(service: JobService, job_ids: list[str] | str, **values) -> None:
+def set_columns(service: Runtime, job_ids: list[str] | str, **values) -> None:
     """Put jobs where a test needs them (a status, a time) directly in the store."""
     ids = [job_ids] if isinstance(job_ids, str) else job_ids
     with service.sessions.begin() as s:

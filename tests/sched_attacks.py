@@ -7,7 +7,7 @@ No Ray: the cluster is given as Ray would report it."""
 from __future__ import annotations
 
 from api.schemas import ClusterInfo, NodeInfo, QuotaSpec, parse_job_spec
-from service.jobs import JobService
+from service.runtime import Runtime
 from service.scheduling import admission, queue
 from service.tenancy import quotas
 from tests.conftest import digits_spec
@@ -35,12 +35,12 @@ def cluster(cpus: float) -> ClusterInfo:
     )
 
 
-def submit(service: JobService, project: str, name: str, scaling: dict) -> str:
-    job, _ = service.submit(parse_job_spec(digits_spec(name=name, project=project, scaling=scaling)))
+def submit(service: Runtime, project: str, name: str, scaling: dict) -> str:
+    job, _ = service.jobs.submit(parse_job_spec(digits_spec(name=name, project=project, scaling=scaling)))
     return job.id
 
 
-def admit(service: JobService, info: ClusterInfo, ceiling: bool = True) -> tuple[admission.Plan, dict]:
+def admit(service: Runtime, info: ClusterInfo, ceiling: bool = True) -> tuple[admission.Plan, dict]:
     """One admission pass over the store's queue and project loads with the cluster as
     ``info``, as the queue keeper makes it (``ceiling`` False: no cluster clamp); returns
     the plan and the loads as the plan left them."""

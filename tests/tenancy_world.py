@@ -19,7 +19,7 @@ from sqlalchemy import update
 from api.schemas import parse_job_spec
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow
-from service.jobs import JobService
+from service.runtime import Runtime
 from tests.code_attacks import package
 from tests.conftest import digits_spec
 from tests.jobstore import dead_ray, job_service
@@ -31,7 +31,7 @@ IDENTITIES = ("owner", "mate", "other", "viewer", "admin", "none", "revoked", "e
 @dataclass
 class World:
     server: ServerProcess
-    service: JobService
+    service: Runtime
     tokens: dict[str, str | None] = field(default_factory=dict)
     token_ids: dict[str, int] = field(default_factory=dict)
     job: str = ""  # alpha's job, QUEUED, submitted by owner
@@ -51,7 +51,7 @@ class World:
 
     def fresh_job(self, project: str = "alpha") -> str:
         """A QUEUED job of ``project`` made in the store: for a request that changes its job."""
-        job, _ = self.service.submit(parse_job_spec(digits_spec(name="fresh")), project=project)
+        job, _ = self.service.jobs.submit(parse_job_spec(digits_spec(name="fresh")), project=project)
         return job.id
 
     def stop(self) -> None:

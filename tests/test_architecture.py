@@ -3,7 +3,9 @@ contract stays light, Ray internals have one seam, modules stay small, the names
 server and the cluster share are spelled only in ``api.cluster_contract``, the
 server's background work is periodic units run by ``service.background`` (no thread or
 sleeping loop of its own elsewhere), the events' writers and reads never import each
-other, and the server reads its environment only through ``service.settings``.
+other, the server reads its environment only through ``service.settings``, and one
+composition root (``service.runtime``) builds the server's parts and hands each its
+collaborators by name.
 
 Imports are read from the source (lazy imports inside functions too), so a circle
 stitched with a late import is still a circle. The checks are functions of a source
@@ -138,6 +140,33 @@ ENV_READERS_ALLOWED = {
     "service.tracking.mlflow_runs": "MLflow's HTTP retry variables, set where the operator left them unset",
 }
 ENV_READS = frozenset({"environ", "environb", "getenv", "getenvb"})
+# One composition root builds the server's parts and hands each its collaborators by name
+# (the store, the backend, the settings, the code store): no other server module builds
+# one, so none can receive a hub to reach them through. (The Ray backend and retention are
+# left out: the one-off `raydock gc` process builds its own.) The job commands are imported
+# only by the root and by the routes' dependencies that type them; the runtime only by the
+# HTTP app, which takes its parts from it.
+COMPOSITION_ROOT = "service.runtime"
+COMPOSED_PARTS = frozenset(
+    {
+        "service.jobs.JobCommands",
+        "service.job_reads.JobReads",
+        "service.events.push.Pushes",
+        "service.events.ingest.Ingest",
+        "service.events.log_tails.LogTails",
+        "service.monitor.Monitor",
+        "service.attempts.Attempts",
+        "service.scheduling.queue_keeper.QueueKeeper",
+        "service.scheduling.preemption.Preemptions",
+        "service.code.packages.CodeStore",
+        "service.eventlog.deliverer.Deliverer",
+        "service.tracking.exporter.Exporter",
+    }
+)
+IMPORTED_ONLY_BY = {
+    "service.jobs": {COMPOSITION_ROOT, "service.http.deps"},
+    COMPOSITION_ROOT: {"service.http.app"},
+}
 
 
 @dataclass
@@ -147,6 +176,7 @@ class Tree:
     literals: dict[str, set[str]] = field(default_factory=dict)  # module -> its string constants
     loops: dict[str, list[str]] = field(default_factory=dict)  # module -> its threads and sleeping loops
     env_reads: dict[str, list[str]] = field(default_factory=dict)  # module -> where it reads os.environ
+    calls: dict[str, set[str]] = field(default_factory=dict)  # module -> the imported names it calls
 
 
 def read_tree(root: Path, packages=PACKAGES) -> Tree:
@@ -167,6 +197,7 @@ def read_tree(root: Path, packages=PACKAGES) -> Tree:
             }
             tree.loops[module] = _loops(parsed)
             tree.env_reads[module] = _env_reads(parsed)
+            tree.calls[module] = _calls(parsed, module, is_pkg)
     return tree
 
 
@@ -203,18 +234,45 @@ def _loops(node: ast.AST) -> list[str]:
     return out
 
 
+def _calls(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
+    """The imported names a module calls, as full names: ``Monitor(...)`` after ``from
+    service.monitor import Monitor``, ``monitor.Monitor(...)`` after ``from service import monitor``."""
+    local: dict[str, str] = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                local[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom):
+            base = _from_base(n, module, is_pkg)
+            local.update({a.asname or a.name: f"{base}.{a.name}" for a in n.names})
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            parts, f = [], n.func
+            while isinstance(f, ast.Attribute):
+                parts.insert(0, f.attr)
+                f = f.value
+            if isinstance(f, ast.Name) and f.id in local:
+                out.add(".".join([local[f.id], *parts]))
+    return out
+
+
+def _from_base(n: ast.ImportFrom, module: str, is_pkg: bool) -> str:
+    """The module a ``from ... import`` reads from, relative imports resolved."""
+    if not n.level:
+        return n.module or ""
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    base = base[: len(base) - (n.level - 1)]
+    return ".".join(base + ([n.module] if n.module else []))
+
+
 def _imports(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
     out: set[str] = set()
     for n in ast.walk(node):  # every import, module level or inside a function
         if isinstance(n, ast.Import):
             out.update(a.name for a in n.names)
         elif isinstance(n, ast.ImportFrom):
-            if n.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (n.level - 1)]
-                name = ".".join(base + ([n.module] if n.module else []))
-            else:
-                name = n.module or ""
+            name = _from_base(n, module, is_pkg)
             out.add(name)
             out.update(f"{name}.{a.name}" for a in n.names)
     return out
@@ -388,6 +446,21 @@ def environment_reads(tree: Tree) -> list[str]:
     ]
 
 
+def composition_violations(tree: Tree) -> list[str]:
+    out = []
+    for module, called in sorted(tree.calls.items()):
+        if _inside(module, "service") and module != COMPOSITION_ROOT:
+            out += [
+                f"{module} builds {name}: only {COMPOSITION_ROOT} builds the parts" for name in called & COMPOSED_PARTS
+            ]
+    for module, names in sorted(tree.imports.items()):
+        for private, importers in IMPORTED_ONLY_BY.items():
+            if _inside(module, "service") and module != private and module not in importers:
+                if any(_inside(name, private) for name in names):
+                    out.append(f"{module} imports {private}: only {sorted(importers)} may (its parts come by name)")
+    return sorted(set(out))
+
+
 # ----------------------------------------------------------------------------- the house
 
 
@@ -429,6 +502,10 @@ def test_the_events_writers_and_reads_keep_apart():
 
 def test_the_server_reads_its_environment_through_settings():
     assert environment_reads(read_tree(ROOT)) == []
+
+
+def test_one_composition_root_builds_the_parts():
+    assert composition_violations(read_tree(ROOT)) == []
 
 
 def test_http_app_lives_on_the_server_side():
@@ -512,7 +589,7 @@ def test_planted_room_violations_are_found(tmp_path):
         {
             "service/jobs.py": "import ray\n",
             "service/db/models.py": "from service.settings import Settings\n",
-            "service/events/ingest.py": "def f():\n    from service.jobs import JobService\n",
+            "service/events/ingest.py": "def f():\n    from service.jobs import JobCommands\n",
             "service/events/logs.py": "from service.db.models import JobRow\nfrom service.events import ingest\n",
             "service/cluster/ray_backend.py": "import ray\nfrom service.settings import Settings\n",
             "service/code/packages.py": "from service.cluster import ray_backend\n",
@@ -555,7 +632,7 @@ def test_planted_violations_of_the_scheduling_files_and_stored_rooms_are_found(t
             # Scheduling reaches for the HTTP side, the Ray module and the job core.
             "service/scheduling/admission.py": "from service.http.deps import readable_job\n",
             "service/scheduling/queue_keeper.py": "from service.cluster.ray_backend import RayBackend\n",
-            "service/scheduling/preemption.py": "def f():\n    from service.jobs import JobService\n",
+            "service/scheduling/preemption.py": "def f():\n    from service.jobs import JobCommands\n",
             # Allowed: the store, stored shapes, job files, quotas, the lifecycle, itself.
             "service/scheduling/queue.py": (
                 "from service.db.models import JobRow\nfrom service.stored.specs import stored_spec\n"
@@ -654,3 +731,27 @@ def test_planted_crossings_of_the_events_writers_and_reads_are_found(tmp_path):
         ("service.events.reads.series", unchanged),
         ("service.events.reads.replay", unchanged),
     }
+
+
+def test_planted_composition_violations_are_found(tmp_path):
+    tree = _plant(
+        tmp_path,
+        {
+            # The monitor reaches for the job commands, attempts build a code store of their own,
+            # a route takes the runtime, and a lazy import still counts.
+            "service/monitor.py": "from service.jobs import JobCommands\n",
+            "service/attempts.py": "from service.code import packages\ndef f(s):\n    return packages.CodeStore(s, s)\n",
+            "service/http/routes/jobs.py": "def f(request):\n    from service.runtime import Runtime\n",
+            "service/scheduling/preemption.py": "import service.job_reads\nr = service.job_reads.JobReads(1, 2, 3)\n",
+            # Allowed: the root builds, the routes' dependencies type the commands, the app takes the runtime.
+            "service/runtime.py": "from service.jobs import JobCommands\nfrom service.monitor import Monitor\nMonitor(JobCommands())\n",
+            "service/http/deps.py": "from service.jobs import JobCommands\n",
+            "service/http/app.py": "from service.runtime import build_runtime\n",
+        },
+    )
+    assert [v.split(":")[0] for v in composition_violations(tree)] == [
+        "service.attempts builds service.code.packages.CodeStore",
+        "service.http.routes.jobs imports service.runtime",
+        "service.monitor imports service.jobs",
+        "service.scheduling.preemption builds service.job_reads.JobReads",
+    ]

@@ -21,7 +21,6 @@ import pytest
 
 from api.client import Client
 from api.schemas import FailureCause, JobStatus
-from service.attempts import Attempts
 from tests import attacks, code_attacks
 from tests.code_attacks import INSTALLER_ATTACKS, job
 from tests.jobstore import set_columns
@@ -94,9 +93,9 @@ def test_package_rewritten_in_storage_is_never_run(target):
     second = httpx.post(f"{target.url}/v1/jobs", json=job(sha), timeout=30)
     assert second.status_code == 422 and second.json()["error"]["code"] == "code_package_not_found"
 
-    prepared = Attempts(target.service, store_id="attacks").prepare(victim.json()["id"])
+    prepared = target.service.monitor.attempts.prepare(victim.json()["id"])
     assert prepared is None
-    failed = target.service.get(victim.json()["id"])
+    failed = target.service.reads.get(victim.json()["id"])
     assert failed.status == JobStatus.FAILED and failed.failure_cause == FailureCause.USER_CODE
     assert failed.error.startswith("code_package_altered:") and "changed in storage" in failed.error
 
@@ -147,8 +146,8 @@ def test_job_stored_before_the_policy_meets_it_when_it_starts(target, uploaded):
     stored["runtime_env"]["env_vars"] = {"PIP_INDEX_URL": "https://evil.example/simple"}
     set_columns(target.service, r.json()["id"], spec=stored)
 
-    assert Attempts(target.service, store_id="attacks").prepare(r.json()["id"]) is None
-    failed = target.service.get(r.json()["id"])
+    assert target.service.monitor.attempts.prepare(r.json()["id"]) is None
+    failed = target.service.reads.get(r.json()["id"])
     assert failed.status == JobStatus.FAILED and failed.failure_cause == FailureCause.USER_CODE
     assert failed.error.startswith("env_var_not_allowed:") and "PIP_INDEX_URL" in failed.error
 

@@ -78,7 +78,7 @@ def test_a_file_uri_checkpoint_path_is_no_existence_oracle_for_api_host_paths(ta
     them: one names a directory of the API host, the other nothing. Both must be refused
     alike (dropped, never listed, 404), or the listing tells which exists."""
     job_id = target.running_job()
-    prefix = target.service.prefix(job_id)
+    prefix = target.service.reads.prefix(job_id)
     os.makedirs(prefix, exist_ok=True)
     pair = ORACLES[oracle](prefix, str(tmp_path))
     for seq, path in enumerate(pair):

@@ -15,7 +15,6 @@ from alembic.config import Config
 from sqlalchemy import text
 
 from api.schemas import QuotaSpec
-from service.attempts import Attempts
 from service.db.engine import make_engine
 from service.db.models import JobRow, utcnow
 from service.files import storage
@@ -59,12 +58,12 @@ def test_the_grant_is_what_ray_train_gets_and_what_the_store_counts(service):
         queue.record_starts(s, plan)
 
     # The attempt's driver is handed the granted max; the stored spec keeps the submitted range.
-    prepared = Attempts(service, "store").prepare(wide)
+    prepared = service.monitor.attempts.prepare(wide)
     with storage.open_random_access(prepared.launch_uri) as f:
         launched = json.loads(f.read())["spec"]
     assert launched["scaling"]["num_workers"] == {"min": 1, "max": 2}
-    assert service.get(wide).spec["scaling"]["num_workers"] == {"min": 1, "max": 4096}
-    assert service.get(wide).granted_workers == 2 and service.get(wide).borrowed
+    assert service.reads.get(wide).spec["scaling"]["num_workers"] == {"min": 1, "max": 4096}
+    assert service.reads.get(wide).granted_workers == 2 and service.reads.get(wide).borrowed
 
     # Running, it holds 2 CPUs in its project's quota and usage.
     set_columns(service, [wide], status="RUNNING", attempt=1, attempt_started_at=utcnow())

@@ -67,7 +67,7 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
     target = attacks.start_target(tmp_path, database_url, **BOUNDS)
     try:
         train = target.running_job()
-        prefix = target.service.prefix(train)
+        prefix = target.service.reads.prefix(train)
         body = [{"type": "metric", "seq": i, "ts": 1.0 + i, "metrics": {"loss": 1.0, "step": i}} for i in range(50)]
         body += [{"type": "worker_group", "seq": i, "world_size": 2, "nodes": []} for i in range(5)]
         body += [{"type": "checkpoint", "seq": i, "path": f"{prefix}/checkpoint_{i:06d}"} for i in range(7)]

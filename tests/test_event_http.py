@@ -100,7 +100,7 @@ def test_a_follow_stream_returns_every_character_once_while_the_log_grows(runnin
     follower.start()
     at = 0
     for size in (10, 70_000, 3, 300_000, 1, 10**9):
-        at += service.events.log(job_id, text[at : at + size], at, final=True)
+        at += service.ingest.log(job_id, text[at : at + size], at, final=True)
     set_columns(service, job_id, status="SUCCEEDED")
     follower.join(60)
     assert "".join(got) == text
@@ -110,7 +110,7 @@ def test_a_follow_stream_returns_every_character_once_while_the_log_grows(runnin
 
 def test_a_streamed_checkpoint_download_is_the_stored_files(running, tmp_path):
     _, service, client, job_id = running
-    ckpt = Path(service.prefix(job_id)) / "checkpoint_000001"
+    ckpt = Path(service.reads.prefix(job_id)) / "checkpoint_000001"
     files = {
         "model.pt": os.urandom(5 << 20),
         "state.json": b'{"step": 3}',

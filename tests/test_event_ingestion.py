@@ -17,7 +17,7 @@ from service.db.event_models import LogChunkRow, MetricRow, TrialRow
 from service.db.models import JobRow
 from service.events import logs
 from service.events.reads import series
-from service.jobs import JobService
+from service.runtime import compose
 from service.settings import Settings
 from tests.conftest import FIXTURES, user_spec
 from tests.jobstore import dead_ray, job_service, set_columns, submit
@@ -52,23 +52,23 @@ def stored(service, job_id: str) -> list[tuple[int, int, int]]:
 def test_both_channels_store_every_event_once_across_batches_and_retries(running):
     service, job_id = running
     events = [metric(i) for i in range(600)]
-    service.ingest(job_id, events[:150], push=True)  # a pushed batch
-    service.ingest(job_id, events[100:200], push=True)  # a retried post overlapping it
-    service.ingest(job_id, events[400:450], push=True)  # after a gap: the push does not skip ahead
+    service.pushes.take(job_id, events[:150])  # a pushed batch
+    service.pushes.take(job_id, events[100:200])  # a retried post overlapping it
+    service.pushes.take(job_id, events[400:450])  # after a gap: the push does not skip ahead
     text = log_text(events)
     first, rest = text[: len(text) // 3], text[len(text) // 3 :]
-    taken = service.events.log(job_id, first, 0)  # the log channel: up to its last full line
+    taken = service.ingest.log(job_id, first, 0)  # the log channel: up to its last full line
     assert 0 < taken <= len(first)
-    assert service.events.log(job_id, first, 0) == 0  # the same read again is not the next text: refused
-    service.events.log(job_id, first[taken:] + rest, taken)
-    service.ingest(job_id, events[500:], push=True)  # late pushes of what the log brought
+    assert service.ingest.log(job_id, first, 0) == 0  # the same read again is not the next text: refused
+    service.ingest.log(job_id, first[taken:] + rest, taken)
+    service.pushes.take(job_id, events[500:])  # late pushes of what the log brought
     assert stored(service, job_id) == [(i, 1, i) for i in range(600)]
 
     # A new attempt numbers its events from 0 again; the job's seq goes on.
     set_columns(service, job_id, attempt=2, log_offset=0)
     second = [metric(i) for i in range(20)]
-    service.ingest(job_id, second[:5], push=True)
-    service.events.log(job_id, log_text(second), 0)
+    service.pushes.take(job_id, second[:5])
+    service.ingest.log(job_id, log_text(second), 0)
     assert stored(service, job_id)[600:] == [(600 + i, 2, i) for i in range(20)]
     with service.sessions() as s:
         job = s.get(JobRow, job_id)
@@ -85,9 +85,9 @@ def test_a_batch_with_bad_events_stores_the_good_ones_and_counts_the_rest(runnin
         metric(1),
         {"type": "nope", "seq": 2},
     ]
-    service.ingest(job_id, batch, push=True)
+    service.pushes.take(job_id, batch)
     assert stored(service, job_id) == [(0, 1, 0), (1, 1, 1)]
-    assert service.get(job_id).dropped_events == 3
+    assert service.reads.get(job_id).dropped_events == 3
 
 
 def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(running):
@@ -95,17 +95,17 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     rng = random.Random(0)
     events = [metric(i, acc=rng.random(), note="text") for i in range(2500)]
     events[1234]["metrics"]["acc"], events[77]["metrics"]["acc"] = 5.0, -5.0  # the extremes, mid-series
-    service.ingest(job_id, events, push=True)
+    service.pushes.take(job_id, events)
 
     seen, since, more = [], -1, True
     while more:
-        page, more = service.metrics(job_id, since, 700)
+        page, more = service.reads.metrics(job_id, since, 700)
         seen += [p.seq for p in page]
         since = page[-1].seq
     assert seen == list(range(2500))
-    assert service.metrics(job_id, 2499, 700) == ([], False)
+    assert service.reads.metrics(job_id, 2499, 700) == ([], False)
 
-    points = service.metrics_downsampled(job_id, -1, 100)
+    points = service.reads.metrics_downsampled(job_id, -1, 100)
     assert len(points) <= 100
     assert (points[0].seq, points[0].metrics, points[-1].seq) == (0, events[0]["metrics"], 2499)
     assert sum(p.points for p in points) == 2500  # every report is in exactly one bucket
@@ -113,12 +113,12 @@ def test_metric_pages_are_complete_and_max_points_keeps_first_last_and_extremes(
     assert max(p.metrics_max["acc"] for p in points[1:]) == 5.0
     assert min(p.metrics_min["acc"] for p in points[1:]) == -5.0
     assert "note" not in points[1].metrics_min  # only numbers have extremes
-    assert [p.seq for p in service.metrics_downsampled(job_id, 2400, 500)] == list(
+    assert [p.seq for p in service.reads.metrics_downsampled(job_id, 2400, 500)] == list(
         range(2401, 2500)
     )  # fewer than asked: as stored
     with service.sessions() as s:  # databases without JSON functions get the same buckets, made in Python
         assert series._downsample_here(s, job_id, -1, 100, 2499) == points
-    window = service.metrics_downsampled(job_id, 999, 10, until=1999)  # the next 1000 reports after seq 999
+    window = service.reads.metrics_downsampled(job_id, 999, 10, until=1999)  # the next 1000 reports after seq 999
     assert (window[0].seq, window[-1].seq, sum(p.points for p in window)) == (1000, 1999, 1000)
 
 
@@ -137,9 +137,9 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
     while at < n:  # batches of 1 to 300 events, some from the log channel
         size = rng.choice((1, 2, 17, 300))
         if rng.random() < 0.2:
-            log_at += service.events.log(job_id, log_text(events[at : at + size]), log_at, final=True)
+            log_at += service.ingest.log(job_id, log_text(events[at : at + size]), log_at, final=True)
         else:
-            service.ingest(job_id, events[at : at + size], push=True)
+            service.pushes.take(job_id, events[at : at + size])
         at += size
     assert stored(service, job_id)[-1][0] == n - 1
     windows = [
@@ -161,20 +161,20 @@ def test_downsampled_series_from_rollups_equal_the_buckets_made_from_every_repor
             last = min(n - 1, until if until is not None else n - 1)
             assert points == series._downsample_here(s, job_id, since, max_points, last), (since, until, max_points)
             assert len(points) <= max_points and sum(p.points for p in points) == last - since
-    whole = service.metrics_downsampled(job_id, -1, 3)
+    whole = service.reads.metrics_downsampled(job_id, -1, 3)
     assert max(p.metrics_max["acc"] for p in whole[1:]) == 9.0 and "flag" not in whole[1].metrics_max
 
 
 def test_a_capped_log_keeps_head_and_tail_says_what_it_dropped_and_takes_in_every_event(running):
     service, job_id = running
     cap = 256 * 1024
-    service.events.max_log_bytes = cap
+    service.ingest.max_log_bytes = cap
     events = [metric(i, text="é" * 50) for i in range(3000)]  # multi-byte characters: bytes are not characters
     text = log_text(events, noise="ü-noise " * 10 + "\n")
     at = 0
     for i in range(0, len(text), 50_000):  # as the monitor takes it in, read after read
-        at += service.events.log(job_id, text[at : i + 50_000], at)
-    at += service.events.log(job_id, text[at:], at, final=True)
+        at += service.ingest.log(job_id, text[at : i + 50_000], at)
+    at += service.ingest.log(job_id, text[at:], at, final=True)
     assert at == len(text)
 
     assert [s for s, _, _ in stored(service, job_id)] == list(range(3000))  # every event, once
@@ -204,7 +204,7 @@ def test_log_ranges_return_every_character_once_across_chunk_boundaries(running)
     text = "".join(f"line {i} {'ß' * (i % 300)}\n" for i in range(4000))  # ~1.3 MB: many 64 KiB chunks
     at = 0
     for size in (1, 70_000, 5, 200_000, 10**9):
-        at += service.events.log(job_id, text[at : at + size], at, final=True)
+        at += service.ingest.log(job_id, text[at : at + size], at, final=True)
     with service.sessions() as s:
         assert logs.read(s, job_id, 0, max_chunks=10_000) == (text, len(text))
         sizes = s.scalars(select(LogChunkRow.nbytes).where(LogChunkRow.job_id == job_id)).all()
@@ -223,12 +223,12 @@ def test_ingested_events_count_nothing_twice_when_a_log_read_is_retried_after_a_
     service, job_id = running
     text = log_text([metric(i) for i in range(50)])
     half = text.index("\n", len(text) // 2) + 1
-    service.events.log(job_id, text[:half], 0)
+    service.ingest.log(job_id, text[:half], 0)
     # A restarted server's tail sends the log from the start; the stored offset skips what it has.
     with service.sessions() as s:
         offset = s.get(JobRow, job_id).log_offset
     assert offset == half
-    service.events.log(job_id, text[offset:], offset)
+    service.ingest.log(job_id, text[offset:], offset)
     assert [s for s, _, _ in stored(service, job_id)] == list(range(50))
     with service.sessions() as s:
         assert logs.read(s, job_id, 0) == (text, len(text))
@@ -251,7 +251,7 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
         cluster={"ray_address": dead_ray()},
         code={"code_root": str(FIXTURES / "usercode")},
     )
-    service = JobService(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead_ray(), timeout_s=2))
+    service = compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(dead_ray(), timeout_s=2))
     search = {
         "kind": "tune",
         "base": user_spec("userpkg.steps:train"),
@@ -264,11 +264,11 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
         search["budget"] = budget
     spec = parse_job_spec(search)
     assert spec.unit == unit  # the contract's axis
-    job, _ = service.submit(spec)
+    job, _ = service.jobs.submit(spec)
     set_columns(service, job.id, status="RUNNING", attempt=1)
     at = {"epoch": 2, "step": 230, "training_iteration": 7}
     report = {"type": "trial_metric", "seq": 0, "ts": 1.0, "trial_id": "t0", "metrics": {"loss": 0.5, **at}}
-    service.ingest(job.id, [report])
+    service.ingest.take(job.id, [report])
     with service.sessions() as s:
         trial = s.scalar(select(TrialRow).where(TrialRow.job_id == job.id))
     assert (trial.last_time, trial.best_metric) == (at[unit], 0.5)
@@ -280,7 +280,7 @@ def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(r
     from tests.attacks import SEARCH
 
     service, _ = running
-    job, _ = service.submit(parse_job_spec(SEARCH))
+    job, _ = service.jobs.submit(parse_job_spec(SEARCH))
     set_columns(service, job.id, spec={**SEARCH, "metric": ""})  # e.g. a bound this server added
     trials = TrialService(service.sessions)
     for read in (trials.trials, trials.best):

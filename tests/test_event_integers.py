@@ -42,13 +42,18 @@ def test_integers_over_int32_are_stored_from_either_channel(target):
     pushed = [
         {"type": "metric", "seq": 0, "ts": 1.0, "metrics": {"step": BIG, "epoch": 2**31}},
         {"type": "worker_group", "seq": 2**31, "world_size": 1, "nodes": []},
-        {"type": "checkpoint", "seq": 0, "path": f"{target.service.prefix(job_id)}/ckpt", "metrics": {"step": BIG}},
+        {
+            "type": "checkpoint",
+            "seq": 0,
+            "path": f"{target.service.reads.prefix(job_id)}/ckpt",
+            "metrics": {"step": BIG},
+        },
     ]
     r = target.push(job_id, pushed)
     assert r.status_code == 204, r.text
     # The log channel (the monitor reads it): a report numbered past int32.
     line = '%s{"type": "metric", "seq": %d, "ts": 2.0, "metrics": {"step": %d}}\n' % (MARKER, 2**33, 2**62)
-    assert target.service.events.log(job_id, line, 0) == len(line)
+    assert target.service.ingest.log(job_id, line, 0) == len(line)
     job = job_of(target, job_id)
     assert job.status == JobStatus.RUNNING.value and job.dropped_events == 0, job.last_dropped_reason
     with target.service.sessions() as s:
@@ -94,7 +99,7 @@ def test_a_value_the_database_refuses_is_a_dropped_event(target, database_url):
     r = target.push(job_id, events)
     assert r.status_code == 204, r.text
     line = MARKER + '{"type": "error", "seq": 0, "cause": "USER_CODE", "message": "nul \\u0000 here"}\n'
-    assert target.service.events.log(job_id, line, 0) == len(line)
+    assert target.service.ingest.log(job_id, line, 0) == len(line)
     job = job_of(target, job_id)
     assert job.status == JobStatus.RUNNING.value
     with target.service.sessions() as s:
@@ -182,7 +187,7 @@ def test_a_nul_character_in_a_log_is_stored_as_a_replacement(target):
     """A job that prints a NUL byte: its log is stored, on PostgreSQL too, and its events with it."""
     job_id = target.running_job()
     text = "before\x00after\n" + MARKER + '{"type": "metric", "seq": 0, "ts": 1.0, "metrics": {"step": 1}}\n'
-    assert target.service.events.log(job_id, text, 0) == len(text)
+    assert target.service.ingest.log(job_id, text, 0) == len(text)
     job = job_of(target, job_id)
     assert job.status == JobStatus.RUNNING.value and job.log_offset == len(text)
     assert httpx.get(f"{target.url}/v1/jobs/{job_id}/logs").text == text.replace("\x00", "\ufffd")

@@ -144,11 +144,11 @@ def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path
 
     service = job_service(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path)
     notify = [{"url": "https://hooks.example.com/raydock", "events": ["*"]}]
-    job, _ = service.submit(parse_job_spec(digits_spec(notify=notify)), actor="alice")
-    service.cancel(job.id, actor="api-token")
-    service.resume(job.id, actor="loopback")
-    service.cancel_many([job.id], actor="bob")
-    service.delete(job.id, actor="carol")
+    job, _ = service.jobs.submit(parse_job_spec(digits_spec(notify=notify)), actor="alice")
+    service.jobs.cancel(job.id, actor="api-token")
+    service.jobs.resume(job.id, actor="loopback")
+    service.jobs.cancel_many([job.id], actor="bob")
+    service.jobs.delete(job.id, actor="carol")
     with service.sessions() as s:
         events = eventlog.page(s, job_id=job.id).items
         [hook] = subscriptions.job_webhooks(
@@ -170,7 +170,7 @@ def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path
 
     loopback = digits_spec(notify=[{"url": "http://localhost:8000/v1/jobs"}])
     with pytest.raises(InvalidSpec) as refused:
-        service.submit(parse_job_spec(loopback))
+        service.jobs.submit(parse_job_spec(loopback))
     assert refused.value.code == "webhook_url_refused" and "notify.0.url" in refused.value.message
     service.sessions.kw["bind"].dispose()
 

@@ -65,13 +65,13 @@ def test_a_token_of_an_earlier_attempt_stores_nothing_in_the_next(target):
     set_columns(target.service, job_id, attempt=2, ray_job_id="raydock-attacked-2-fedcba")
     r = forge(target, job_id, METRIC, attacks.SID)
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_current_attempt", r.text
-    target.service.events.take(job_id, [METRIC], push=True, attempt_of=attacks.SID)  # past the check, in a race
+    target.service.ingest.take(job_id, [METRIC], push=True, attempt_of=attacks.SID)  # past the check, in a race
     assert count(target, MetricRow, job_id) == 0
 
 
 def test_checkpoints_naming_the_launch_folder_or_the_prefix_are_dropped(target):
     job_id = target.running_job()
-    prefix = Path(target.service.prefix(job_id))
+    prefix = Path(target.service.reads.prefix(job_id))
     launch = prefix / storage.LAUNCH_DIR / "launch-1.json"
     launch.parent.mkdir(parents=True)
     launch.write_text(json.dumps({"events_token": attacks.TOKEN}))
@@ -89,7 +89,7 @@ def test_a_checkpoint_is_downloaded_without_the_launch_file(target):
     """A row naming the launch folder (an older server stored it) is not downloadable, and a
     checkpoint directory holding a link to the launch file is packed without it."""
     job_id = target.running_job()
-    prefix = Path(target.service.prefix(job_id))
+    prefix = Path(target.service.reads.prefix(job_id))
     launch = prefix / storage.LAUNCH_DIR / "launch-1.json"
     launch.parent.mkdir(parents=True)
     launch.write_text(json.dumps({"events_token": attacks.TOKEN}))

@@ -22,31 +22,31 @@ from tests.jobstore import job_service, submit
 def service(database_url, tmp_path):
     svc = job_service(database_url, tmp_path)
     yield svc
-    svc.reads.close()
+    svc.reads.loop.close()
     svc.sessions.kw["bind"].dispose()
 
 
 def read(service, job_id: str):
-    return asyncio.run(asyncio.wait_for(service.read(job_id), timeout=10))
+    return asyncio.run(asyncio.wait_for(service.reads.read(job_id), timeout=10))
 
 
 def test_a_submit_answers_with_the_job_as_stored(service):
     spec = parse_job_spec(digits_spec(name="stored", labels={"team": "vision", "tier": "gold"}, priority=2))
-    job, created = service.submit(spec)
+    job, created = service.jobs.submit(spec)
     assert created
-    assert job == service.get(job.id) == read(service, job.id)  # every field, defaults included
+    assert job == service.reads.get(job.id) == read(service, job.id)  # every field, defaults included
     assert (
         job.status == JobStatus.QUEUED and job.attempt == 0 and job.restarts == [] and job.created_at.tzinfo is not None
     )
     assert job.labels == {"team": "vision", "tier": "gold"} and job.spec["priority"] == 2
-    found = service.list(status=None, labels={"team": "vision", "tier": "gold"}, limit=10)
+    found = service.reads.list(status=None, labels={"team": "vision", "tier": "gold"}, limit=10)
     assert [j.id for j in found.items] == [job.id]  # its labels are in the indexed table too
 
 
 def test_the_loop_read_sees_each_committed_change_and_no_uncommitted_one(service):
     a, b = submit(service, name="a"), submit(service, name="b")
     assert read(service, a).status == JobStatus.QUEUED
-    service.cancel(a)
+    service.jobs.cancel(a)
     assert read(service, a).status == JobStatus.CANCELLED  # no snapshot kept from the last read
     with service.sessions.begin() as s:  # a writer in the middle of its transaction
         s.execute(update(JobRow).where(JobRow.id == b).values(status_reason="being written"))
@@ -82,7 +82,7 @@ def test_a_broken_loop_connection_is_replaced_on_the_next_read(service, database
         pytest.skip("the loop has a connection of its own only on SQLite")
     job_id = submit(service, name="x")
     read(service, job_id)
-    service.reads._conn.connection.dbapi_connection.close()  # the database connection under it goes away
+    service.reads.loop._conn.connection.dbapi_connection.close()  # the database connection under it goes away
     with pytest.raises(DBAPIError):
         read(service, job_id)
     assert read(service, job_id).id == job_id

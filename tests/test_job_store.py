@@ -12,7 +12,6 @@ from api.errors import InvalidSpec
 from api.schemas import JobStatus
 from service.db.listing import decode_cursor, encode_cursor
 from service.db.models import JobRow, TransitionRow, utcnow
-from service.monitor import Monitor
 from service.scheduling import admission, queue
 from tests.jobstore import job_service, set_columns, submit
 
@@ -36,12 +35,12 @@ def test_keyset_pages_are_complete_and_stable_while_jobs_are_added(service):
     ids = [submit(service, name=f"p{i}") for i in range(23)]
     # Ten jobs made in the same instant: only the id orders them.
     set_columns(service, ids[5:15], created_at=utcnow() - timedelta(hours=1))
-    service.cancel(ids[0]), service.cancel(ids[7]), service.cancel(ids[12])
+    service.jobs.cancel(ids[0]), service.jobs.cancel(ids[7]), service.jobs.cancel(ids[12])
     expected = newest_first(service)
 
     seen, cursor, pages = [], None, 0
     while True:
-        page = service.list(status=None, labels={}, limit=4, cursor=cursor)
+        page = service.reads.list(status=None, labels={}, limit=4, cursor=cursor)
         assert page.total == 23 + 2 * pages  # the count includes jobs added meanwhile
         seen += [j.id for j in page.items]
         pages += 1
@@ -52,8 +51,8 @@ def test_keyset_pages_are_complete_and_stable_while_jobs_are_added(service):
     assert seen == expected  # every job once, in order, none of those added while paging
     assert pages == 6
 
-    cancelled = service.list(status=JobStatus.CANCELLED, labels={}, limit=2)
-    rest = service.list(status=JobStatus.CANCELLED, labels={}, limit=2, cursor=cancelled.next)
+    cancelled = service.reads.list(status=JobStatus.CANCELLED, labels={}, limit=2)
+    rest = service.reads.list(status=JobStatus.CANCELLED, labels={}, limit=2, cursor=cancelled.next)
     assert [j.id for j in cancelled.items + rest.items] == newest_first(service, JobStatus.CANCELLED)
     assert rest.next is None and cancelled.total == 3
 
@@ -89,11 +88,11 @@ FILTERS = [
 def test_label_filters_in_sql_match_the_python_semantics(service):
     jobs = {submit(service, name=f"l{i}", labels=labels): labels for i, labels in enumerate(LABELLED)}
     for wanted in FILTERS:
-        page = service.list(status=None, labels=wanted, limit=100)
+        page = service.reads.list(status=None, labels=wanted, limit=100)
         matching = {job_id for job_id, labels in jobs.items() if all(labels.get(k) == v for k, v in wanted.items())}
         assert {j.id for j in page.items} == matching, wanted
         assert page.total == len(matching), wanted
-    only_queued = service.list(status=JobStatus.RUNNING, labels={"team": "a"}, limit=100)
+    only_queued = service.reads.list(status=JobStatus.RUNNING, labels={"team": "a"}, limit=100)
     assert only_queued.items == [] and only_queued.total == 0
 
 
@@ -112,7 +111,7 @@ def test_a_cursor_not_handed_out_is_refused_with_a_code(service):
         "WyJub3QtYS1kYXRlIiwiaiJd",
     ):
         with pytest.raises(InvalidSpec) as err:
-            service.list(status=None, labels={}, limit=5, cursor=bad)
+            service.reads.list(status=None, labels={}, limit=5, cursor=bad)
         assert err.value.code == "invalid_cursor" and err.value.status == 422, bad
 
 
@@ -135,15 +134,15 @@ def test_queue_positions_are_stored_in_queue_order_and_rewritten_only_when_they_
         assert queue.store_positions(s) == 0  # nothing moved: nothing written
     order = queue_order_in_python(service)
     assert len(order) == 69 and ids[3] not in order
-    assert [service.get(job_id).queue_position for job_id in order] == list(range(1, 70))
-    assert service.get(ids[3]).queue_position is None
+    assert [service.reads.get(job_id).queue_position for job_id in order] == list(range(1, 70))
+    assert service.reads.get(ids[3]).queue_position is None
     with service.sessions() as s:  # the head, read a batch at a time, is the same order
         assert [q.id for q in queue.head(s, skip={order[1]})] == [order[0], *order[2:]]
 
-    service.cancel(order[0])
+    service.jobs.cancel(order[0])
     with service.sessions.begin() as s:
         assert queue.store_positions(s) == 68  # every job behind it moved up one
-    assert service.get(order[1]).queue_position == 1 and service.get(order[0]).queue_position is None
+    assert service.reads.get(order[1]).queue_position == 1 and service.reads.get(order[0]).queue_position is None
 
     # Re-ranked from the first job that entered the line: one queued at the end moves no
     # one else; one of a middle priority moves those behind it.
@@ -154,17 +153,17 @@ def test_queue_positions_are_stored_in_queue_order_and_rewritten_only_when_they_
     with service.sessions.begin() as s:
         queue.store_positions(s, touched={middle})
     order = queue_order_in_python(service)
-    assert [service.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
+    assert [service.reads.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
 
     # A job that left the line and was deleted before the places were stored again
     # (retention, DELETE) still moves those behind it up.
     gone = order[len(order) // 2]
-    service.cancel(gone)
-    service.delete(gone)
+    service.jobs.cancel(gone)
+    service.jobs.delete(gone)
     with service.sessions.begin() as s:
         assert queue.store_positions(s, touched={gone}) == len(order) - len(order) // 2 - 1
     order = queue_order_in_python(service)
-    assert [service.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
+    assert [service.reads.get(job_id).queue_position for job_id in order] == list(range(1, len(order) + 1))
 
 
 def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_changes(service):
@@ -175,17 +174,17 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
         service, ids[0], demand_cpus=None, demand_gpus=None, holds_cpus=None, holds_gpus=None
     )  # stored before 0003
     set_columns(service, ids[1], demand_cpus=None, spec={"kind": "train", "model": {"type": "nope"}})
-    monitor = Monitor(service)
+    monitor = service.monitor
     monitor.queue.admit()
 
-    failed = service.get(late)
+    failed = service.reads.get(late)
     assert failed.status == JobStatus.FAILED and failed.status_reason == "no resources within scheduling_timeout_s=5"
     assert failed.failure_cause.value == "NO_RESOURCES" and "within 5s" in failed.error
-    assert service.get(ids[1]).status == JobStatus.FAILED  # unreadable: fails alone
+    assert service.reads.get(ids[1]).status == JobStatus.FAILED  # unreadable: fails alone
     with service.sessions() as s:
         typed = s.get(JobRow, ids[0])
         assert (typed.demand_cpus, typed.holds_cpus, typed.demand_gpus) == (2.0, 2.0, 0.0)
-    waiting = [service.get(i) for i in (ids[0], *ids[2:])]
+    waiting = [service.reads.get(i) for i in (ids[0], *ids[2:])]
     assert [j.queue_position for j in waiting] == [1, 2, 3, 4]
     assert all(j.status_reason.startswith("waiting for the Ray cluster") for j in waiting)
 
@@ -205,12 +204,12 @@ def test_a_tick_with_no_cluster_fails_late_jobs_types_old_ones_and_writes_only_c
 
     # A tick looks again at what was submitted or moved since the last one.
     newer = submit(service, name="newer")
-    service.cancel(ids[0])
+    service.jobs.cancel(ids[0])
     monitor.queue.admit()
-    assert service.get(newer).queue_position == 4 and service.get(newer).status_reason.startswith(
+    assert service.reads.get(newer).queue_position == 4 and service.reads.get(newer).status_reason.startswith(
         "waiting for the Ray cluster"
     )
-    assert [service.get(i).queue_position for i in ids[2:]] == [1, 2, 3]
+    assert [service.reads.get(i).queue_position for i in ids[2:]] == [1, 2, 3]
 
 
 def test_admission_starts_the_head_in_order_and_stops_at_the_first_that_waits():
@@ -233,11 +232,11 @@ def test_cancel_many_cancels_queued_jobs_in_one_go_and_says_why_for_the_rest(ser
     set_columns(service, done, status="SUCCEEDED", finished_at=utcnow())
     with service.sessions.begin() as s:
         queue.store_positions(s)
-    result = service.cancel_many([*queued, done, "jmissing", queued[0]])
+    result = service.jobs.cancel_many([*queued, done, "jmissing", queued[0]])
     assert result.cancelled == queued
     assert [(r.id, r.code) for r in result.refused] == [(done, "job_finished"), ("jmissing", "job_not_found")]
     for job_id in queued:
-        job = service.get(job_id)
+        job = service.reads.get(job_id)
         assert job.status == JobStatus.CANCELLED and job.queue_position is None and job.finished_at is not None
     with service.sessions() as s:
         moves = s.execute(
@@ -246,5 +245,5 @@ def test_cancel_many_cancels_queued_jobs_in_one_go_and_says_why_for_the_rest(ser
             )
         ).all()
     assert sorted(moves) == sorted((j, "QUEUED", "CANCELLED") for j in queued)
-    again = service.cancel_many(queued)
+    again = service.jobs.cancel_many(queued)
     assert again.cancelled == [] and {r.code for r in again.refused} == {"job_finished"}

@@ -4,6 +4,7 @@ jobs keeps the head up."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -12,8 +13,6 @@ from sqlalchemy import insert
 from service.cluster.local_cluster import start_head
 from service.db.models import JobRow, utcnow
 from service.http.app import _maybe_stop_head
-from service.monitor import Monitor
-from service.runtime import Runtime
 from tests.jobstore import job_service, set_columns, submit
 
 pytestmark = pytest.mark.slow  # starts Ray heads of its own
@@ -43,7 +42,7 @@ def test_the_local_head_stays_while_any_job_is_unended_and_stops_after(tmp_path)
         )
     head = start_head(tmp_path / "ray", num_cpus=1)
     try:
-        runtime = Runtime(service.settings, service, Monitor(service), head)
+        runtime = dataclasses.replace(service, head=head)
         _maybe_stop_head(runtime)
         assert head.alive()  # the running job would lose its cluster
 

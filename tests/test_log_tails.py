@@ -42,7 +42,7 @@ def test_a_long_log_is_read_in_pieces_across_a_restart_and_stored_whole(ray_head
         with service.sessions() as s:
             return s.get(JobRow, job_id).log_offset
 
-    tails, reads, restarted = LogTails(backend, service.events), 0, False
+    tails, reads, restarted = LogTails(backend, service.ingest), 0, False
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         ended = backend.state(sid).status in ("SUCCEEDED", "FAILED", "STOPPED")
@@ -51,7 +51,7 @@ def test_a_long_log_is_read_in_pieces_across_a_restart_and_stored_whole(ray_head
         reads += 1
         if not restarted and offset() > 0:  # the server restarts mid-job: a new reader skips what is stored
             tails.forget(set())
-            tails, restarted = LogTails(backend, service.events), True
+            tails, restarted = LogTails(backend, service.ingest), True
         time.sleep(0.3)
     assert [t.failures for t in tails._tails.values()] == [0]  # read through the tail, not by whole reads
     tails.forget(set())

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 
-from service.monitor import Monitor
 from tests.jobstore import job_service, submit
 
 
 def test_a_cluster_that_does_not_answer_is_logged_once_however_many_ticks_meet_it(tmp_path, caplog):
     service = job_service(f"sqlite:///{tmp_path / 'raydock.db'}", tmp_path)  # its Ray address: nothing listens there
     submit(service)  # a queued job: admission asks the cluster for room every tick
-    monitor = Monitor(service)
+    monitor = service.monitor
     with caplog.at_level(logging.DEBUG, logger="raydock.monitor"):
         for _ in range(4):
             monitor.tick()

@@ -127,7 +127,7 @@ def test_max_queued_refuses_with_429_naming_the_quota_and_the_usage(service):
     submit(service, project="ml"), submit(service, project="ml")
     submit(service, project="other")  # another project's queue is its own
     with pytest.raises(QuotaExceeded) as caught:
-        service.submit(parse_job_spec({**_spec(), "project": "ml"}))
+        service.jobs.submit(parse_job_spec({**_spec(), "project": "ml"}))
     err = caught.value
     assert err.status == 429 and err.code == "quota_exceeded"
     assert err.message.startswith("project ml uses 2 of 2 queued jobs (quota max_queued).")
@@ -175,7 +175,7 @@ def test_accounting_sums_each_attempt_and_decays_the_project(service):
         half = usage.report(s, end - timedelta(seconds=ran / 2), None, "acct")
     assert [(r.project, r.cpu_seconds, r.jobs) for r in report.rows] == [("acct", pytest.approx(2 * ran), 1)]
     assert half.rows[0].cpu_seconds == pytest.approx(ran)  # half of its run is in the range
-    assert service.get(job_id).usage.cpu_seconds == pytest.approx(2 * ran)
+    assert service.reads.get(job_id).usage.cpu_seconds == pytest.approx(2 * ran)
 
 
 def test_the_queue_reads_each_projects_head(service):

@@ -50,8 +50,8 @@ def history(service) -> dict[str, str]:
     set_columns(service, jobs["resumed"], status="QUEUED", finished_at=now - timedelta(days=40))
     with service.sessions.begin() as s:
         for job_id in jobs.values():
-            storage.write_private(service.prefix(job_id), "ckpt/model.pt", b"weights")
-            s.add(CheckpointRow(job_id=job_id, attempt=1, path=storage.join(service.prefix(job_id), "ckpt")))
+            storage.write_private(service.reads.prefix(job_id), "ckpt/model.pt", b"weights")
+            s.add(CheckpointRow(job_id=job_id, attempt=1, path=storage.join(service.reads.prefix(job_id), "ckpt")))
             s.add(TransitionRow(job_id=job_id, from_status="QUEUED", to_status="STARTING"))
     return jobs
 
@@ -82,7 +82,7 @@ def test_retention_by_age_deletes_exactly_the_old_finished_jobs_with_their_rows_
     assert remaining(service) == set(jobs.values()) - set(gone)
     assert rows_of(service, gone) == 0 and rows_of(service, [jobs["running"]]) == 3
     for name, job_id in jobs.items():
-        assert Path(service.prefix(job_id)).exists() == (name not in names), name
+        assert Path(service.reads.prefix(job_id)).exists() == (name not in names), name
     assert retention.sweep() == 0
 
 
@@ -113,7 +113,7 @@ def test_a_job_resumed_after_it_was_picked_is_not_deleted(service):
     picked = [d.id for d in retention.due()[0]]
     set_columns(service, jobs["old_ok"], status="QUEUED")  # resumed between the pick and the delete
     assert set(retention.delete_batch(picked)) == {jobs["old_failed"], jobs["old_cancelled"]}
-    assert jobs["old_ok"] in remaining(service) and Path(service.prefix(jobs["old_ok"])).exists()
+    assert jobs["old_ok"] in remaining(service) and Path(service.reads.prefix(jobs["old_ok"])).exists()
 
 
 def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):

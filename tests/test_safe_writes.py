@@ -19,11 +19,9 @@ import httpx
 import pytest
 
 from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
-from service.attempts import Attempts
 from service.db.models import JobRow, utcnow
 from service.events.tokens import token_hash
 from service.retention import Policy, Retention
-from service.scheduling.preemption import Preemptions
 from tests import attacks, code_attacks, write_attacks
 from tests.jobstore import set_columns, submit
 from tests.write_attacks import DB_BYTES, PLANTS, job_prefix, plant, tree, written_whole
@@ -54,7 +52,7 @@ def test_a_resumed_jobs_launch_file_is_never_written_through_a_plant(target, tmp
 
     r = httpx.post(f"{target.url}/v1/jobs/{job_id}/resume", timeout=30)
     assert r.status_code == 200, r.text
-    prepared = Attempts(target.service, "safe-writes").prepare(job_id)  # what the monitor runs next
+    prepared = target.service.monitor.attempts.prepare(job_id)  # what the monitor runs next
 
     assert victim.read_bytes() == DB_BYTES and tree(tmp_path / "outside") == before
     data = written_whole(prefix, "_raydock/launch-2.json")
@@ -68,7 +66,7 @@ def test_a_resumed_jobs_launch_file_is_never_written_through_a_plant(target, tmp
     env = prepared.runtime_env["env_vars"]
     assert env[LAUNCH_SHA256_ENV] == row.launch_sha256 and env[LAUNCH_URI_ENV] == prepared.launch_uri
     # A retried submit of the same attempt (its id fixed) reads the file back, and hands the same digest.
-    again = Attempts(target.service, "safe-writes").prepare(job_id)
+    again = target.service.monitor.attempts.prepare(job_id)
     assert again.submission_id == prepared.submission_id
     assert again.runtime_env["env_vars"][LAUNCH_SHA256_ENV] == row.launch_sha256
 
@@ -81,7 +79,7 @@ def test_a_preemption_marker_is_never_written_through_a_plant(target, tmp_path, 
     victim = plant(prefix, "_raydock/preempt-3", how, tmp_path / "outside")
     before = tree(tmp_path / "outside")
 
-    moved = Preemptions(target.service).preempt([job_id], "owners-job", "owners")
+    moved = target.service.monitor.preemptions.preempt([job_id], "owners-job", "owners")
 
     assert moved == [job_id]
     assert victim.read_bytes() == DB_BYTES and tree(tmp_path / "outside") == before

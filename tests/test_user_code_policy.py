@@ -15,11 +15,10 @@ import pytest
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
-from service.attempts import Attempts
 from service.cluster.ray_backend import RayBackend
 from service.code.user_code import check_user_code, locate
 from service.db.engine import make_engine, make_sessionmaker
-from service.jobs import JobService
+from service.runtime import compose
 from service.settings import Settings
 from tests.jobstore import dead_ray
 from tests.servers import ServerProcess
@@ -295,13 +294,13 @@ def test_code_changed_after_submit_fails_before_ray_sees_it(tmp_path):
         storage={"data_dir": tmp_path / "data"}, code={"code_root": str(root)}, cluster={"ray_address": address}
     )
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    service = JobService(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
-    attempts = Attempts(service, store_id="policy")
-    kept, changed = (service.submit(parse_job_spec(spec(root)))[0].id for _ in range(2))
+    service = compose(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
+    attempts = service.monitor.attempts
+    kept, changed = (service.jobs.submit(parse_job_spec(spec(root)))[0].id for _ in range(2))
     assert attempts.prepare(kept) is not None  # unchanged code: the attempt goes ahead
 
     (root / "app" / "leak").symlink_to(root.parent / "outside.txt")
     assert attempts.prepare(changed) is None
-    job = service.get(changed)
+    job = service.reads.get(changed)
     assert job.status == JobStatus.FAILED and job.failure_cause == FailureCause.USER_CODE
     assert job.error.startswith("code_link_outside_root:") and "app/leak" in job.error

@@ -19,7 +19,7 @@ from service.db.models import JobRow
 from service.db.tracking_models import TrackingExportRow
 from service.events.tokens import token_hash
 from service.files import storage
-from service.jobs import JobService
+from service.runtime import compose
 from service.settings import Settings
 from service.tracking.names import trial_folder
 from tests.attacks import SEARCH, SID, TOKEN, Target
@@ -41,7 +41,7 @@ def start_tracking_target(data_dir: Path, mlruns: Path) -> Target:
         cluster={"ray_address": address},
         tracking={"mlflow_tracking_uri": mlflow_uri},
     )
-    service = JobService(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
+    service = compose(settings, make_sessionmaker(make_engine(url)), RayBackend(address, timeout_s=2))
     env = {
         "RAYDOCK_DATABASE_URL": url,
         "RAYDOCK_MLFLOW_TRACKING_URI": mlflow_uri,
@@ -60,7 +60,7 @@ def make_projects(target: Target, *names: str) -> None:
 
 def running(target: Target, spec: dict, project: str | None = None) -> str:
     """A job of ``spec`` RUNNING on attempt 1, whose events token the attacker holds."""
-    job, _ = target.service.submit(parse_job_spec(spec), project=project)
+    job, _ = target.service.jobs.submit(parse_job_spec(spec), project=project)
     set_columns(
         target.service, job.id, status="RUNNING", attempt=1, ray_job_id=SID, events_token_hash=token_hash(TOKEN)
     )

@@ -98,4 +98,4 @@ def written_whole(prefix: Path, relative: str) -> bytes:
 
 
 def job_prefix(service, job_id: str) -> Path:
-    return Path(storage.local_path(service.prefix(job_id)))
+    return Path(storage.local_path(service.reads.prefix(job_id)))

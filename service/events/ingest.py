@@ -46,11 +46,11 @@ from api.schemas.events import (
     TrialMetricEvent,
     WorkerFailureEvent,
     WorkerGroupEvent,
+    parse_event,
 )
 from service.db.models import JobRow
 from service.events import logs
 from service.events.limits import Dropped
-from service.events.push import parse_all
 from service.events.writers import job_events, search_events
 from service.events.writers.batch import Batch
 from service.settings.events import EventSettings
@@ -100,6 +100,18 @@ def parse_log_events(text: str) -> list[Any]:
         except (json.JSONDecodeError, RecursionError):
             out.append(body[:MAX_REASON])
     return out
+
+
+def parse_all(raws: list[Any]) -> tuple[list[Any], list[Exception]]:
+    """The events that validate, and why each of the others does not."""
+    parsed: list[Any] = []
+    refused: list[Exception] = []
+    for raw in raws:
+        try:
+            parsed.append(parse_event(raw))
+        except (ValidationError, ValueError, TypeError, RecursionError) as exc:
+            refused.append(exc)
+    return parsed, refused
 
 
 class Ingest:

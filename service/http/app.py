@@ -72,9 +72,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         Shares(DOWNLOADS, settings.clients.max_concurrent_downloads, *shares), settings.clients.download_send_timeout_s
     )
     app.state.uploads = Shares(UPLOADS, settings.clients.max_concurrent_uploads, *shares)
-    app.state.auth = Authenticator(settings.auth.api_token, lambda: app.state.runtime)  # streams ask it again
+    app.state.auth = Authenticator(settings.auth.api_token)  # streams ask it again; the lifespan binds it
     streams = Shares(STREAMS, settings.clients.max_streams, *shares)
-    app.add_middleware(StreamCap, shares=streams, reads=lambda: app.state.runtime.service.reads)  # inside the guard
+    app.add_middleware(StreamCap, shares=streams, reads=lambda: app.state.runtime.reads.loop)  # inside the guard
     app.add_middleware(
         RequestGuard,
         hosts=allowed_hosts(settings),
@@ -150,8 +150,9 @@ def _templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> dict[str, 
 async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
+    app.state.auth.bind(runtime.sessions, runtime.users.local_mode)
     app.state.store_metrics = CollectorRegistry()
-    app.state.store_metrics.register(StoreCollector(runtime.service.sessions, runtime.service.backend))
+    app.state.store_metrics.register(StoreCollector(runtime.sessions, runtime.backend))
     runtime.runner.start_all()  # the background units (service/runtime.py)
     try:
         yield
@@ -164,7 +165,7 @@ async def lifespan(app: FastAPI):
 def _maybe_stop_head(runtime: Runtime) -> None:
     """Stop the local head on shutdown unless a job has not ended (it may train on the head,
     and outlives us): one indexed probe, whatever the history holds."""
-    with runtime.service.sessions() as s:
+    with runtime.sessions() as s:
         unended = s.scalar(
             select(JobRow.id).where(JobRow.status.in_([x.value for x in JobStatus if not x.is_terminal()])).limit(1)
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 
 from anyio import to_thread
+from sqlalchemy.orm import sessionmaker
 
 from api.errors import Unauthorized
 from service.tenancy.caller import Caller, authenticate, server_admin
@@ -47,27 +48,31 @@ async def local_mode_ended(mode: LocalMode) -> bool:
 
 
 class Authenticator:
-    """``runtime``: a callable giving the server's runtime once the lifespan has built it
-    (the guard is made before): its store and users."""
+    """Made with the app, before the lifespan builds the runtime; the lifespan then hands it
+    the store and local mode by name (``bind``), before any request is served."""
 
-    def __init__(self, api_token: str | None, runtime) -> None:
-        self.api_token, self.runtime = api_token, runtime
+    def __init__(self, api_token: str | None) -> None:
+        self.api_token = api_token
+        self.sessions: sessionmaker | None = None
+        self.local_mode: LocalMode | None = None
         self._admin: Caller | None = None
+
+    def bind(self, sessions: sessionmaker, local_mode: LocalMode) -> None:
+        self.sessions, self.local_mode = sessions, local_mode
 
     async def caller(self, authorization: str | None) -> Caller | Unauthorized:
         token = bearer_token(authorization)
         if self.api_token is not None and token_matches(token, self.api_token):
             return await self._server_admin()
-        runtime = self.runtime()
         if looks_like_token(token):
-            found = await to_thread.run_sync(authenticate, runtime.service.sessions, token)
+            found = await to_thread.run_sync(authenticate, self.sessions, token)
             return found if found is not None else Unauthorized(UNAUTHORIZED)
-        if self.api_token is None and not await local_mode_ended(runtime.users.local_mode):
+        if self.api_token is None and not await local_mode_ended(self.local_mode):
             return await self._server_admin()  # local mode: as before users existed
         return Unauthorized(UNAUTHORIZED)
 
     async def _server_admin(self) -> Caller:
         # Its memberships rarely matter (a server admin reads every project); read once.
         if self._admin is None:
-            self._admin = await to_thread.run_sync(server_admin, self.runtime().service.sessions)
+            self._admin = await to_thread.run_sync(server_admin, self.sessions)
         return self._admin

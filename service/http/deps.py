@@ -1,8 +1,9 @@
-"""The one way routes reach the server: ``Annotated`` dependencies for the job service,
-the trial reads, the store, users and projects, the caller (``CurrentCaller``, decided by
-the request guard) and the job ids it may read (``JobId``) or change (``WritableJobId``),
-and the bounded path and query parameters every route shares. Routes never touch
-``request.app.state`` themselves.
+"""The one way routes reach the server: ``Annotated`` dependencies for the parts the
+composition root built (``service/runtime.py``): the job commands and reads, the events
+pushes, the cluster, the code store, the trial reads, the store, users and projects; the
+caller (``CurrentCaller``, decided by the request guard) and the job ids it may read
+(``JobId``) or change (``WritableJobId``); and the bounded path and query parameters every
+route shares. Routes never touch ``request.app.state`` themselves.
 
 Dependencies that only look something up (or compare a token) are ``async def``: FastAPI
 runs a plain ``def`` dependency in a worker thread, and that hop costs more than the
@@ -18,14 +19,17 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
+from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
 from service.db.listing import MAX_CURSOR_CHARS
+from service.events.push import Pushes
 from service.events.reads.trials import TrialService
 from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate
 from service.http.follow import Follow
 from service.http.shares import Shares
-from service.jobs import JobService
+from service.job_reads import JobReads
+from service.jobs import JobCommands
 from service.settings import Settings
 from service.tenancy.caller import Caller
 from service.tenancy.projects import Projects
@@ -39,24 +43,36 @@ async def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def job_service(request: Request) -> JobService:
-    return request.app.state.runtime.service
+async def job_commands(request: Request) -> JobCommands:
+    return request.app.state.runtime.jobs
+
+
+async def job_reads(request: Request) -> JobReads:
+    return request.app.state.runtime.reads
+
+
+async def pushes(request: Request) -> Pushes:
+    return request.app.state.runtime.pushes
+
+
+async def cluster(request: Request) -> RayBackend:
+    return request.app.state.runtime.backend
 
 
 async def download_gate(request: Request) -> DownloadGate:
     return request.app.state.downloads
 
 
-async def code_store(jobs: Annotated[JobService, Depends(job_service)]) -> CodeStore:
-    return jobs.code
+async def code_store(request: Request) -> CodeStore:
+    return request.app.state.runtime.code
 
 
-async def trial_service(jobs: Annotated[JobService, Depends(job_service)]) -> TrialService:
-    return TrialService(jobs.sessions)
+async def store(request: Request) -> sessionmaker:
+    return request.app.state.runtime.sessions
 
 
-async def store(jobs: Annotated[JobService, Depends(job_service)]) -> sessionmaker:
-    return jobs.sessions
+async def trial_service(sessions: Annotated[sessionmaker, Depends(store)]) -> TrialService:
+    return TrialService(sessions)
 
 
 async def users(request: Request) -> Users:
@@ -68,7 +84,10 @@ async def projects(request: Request) -> Projects:
 
 
 AppSettings = Annotated[Settings, Depends(settings)]
-Jobs = Annotated[JobService, Depends(job_service)]
+Jobs = Annotated[JobCommands, Depends(job_commands)]
+Reads = Annotated[JobReads, Depends(job_reads)]
+PushesDep = Annotated[Pushes, Depends(pushes)]
+Cluster = Annotated[RayBackend, Depends(cluster)]
 Downloads = Annotated[DownloadGate, Depends(download_gate)]
 Code = Annotated[CodeStore, Depends(code_store)]
 Trials = Annotated[TrialService, Depends(trial_service)]
@@ -124,24 +143,24 @@ async def actor(caller: CurrentCaller) -> str:
 Actor = Annotated[str, Depends(actor)]
 
 
-async def readable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> str:
+async def readable_job(reads: Reads, caller: CurrentCaller, job_id: JobIdPath) -> str:
     """The job id, once the caller may read the job: a job of another project answers
     exactly as a missing one (404 ``job_not_found``). A server admin reads every job
     (the route answers 404 for a missing one, as before)."""
     if caller.admin:
         return job_id
-    project = await jobs.reads.project(job_id)
+    project = await reads.loop.project(job_id)
     if project is None or not caller.can_read(project):
         raise job_not_found(job_id)
     return job_id
 
 
-async def writable_job(jobs: Jobs, caller: CurrentCaller, job_id: JobIdPath) -> str:
+async def writable_job(reads: Reads, caller: CurrentCaller, job_id: JobIdPath) -> str:
     """The job id, once the caller may control the job (a member or project admin);
     a viewer of its project, who sees the job anyway, gets 403 ``forbidden_role``."""
     if caller.admin:
         return job_id
-    project = await jobs.reads.project(job_id)
+    project = await reads.loop.project(job_id)
     if project is None or not caller.can_read(project):
         raise job_not_found(job_id)
     if not caller.can_write(project):
@@ -156,23 +175,23 @@ JobId = Annotated[str, Depends(readable_job)]
 WritableJobId = Annotated[str, Depends(writable_job)]
 
 
-def existing_job(jobs: Jobs, job_id: JobId) -> str:
+def existing_job(reads: Reads, job_id: JobId) -> str:
     """The job id, once the job is known to exist: a streaming route must answer 404
     before its stream opens, since its body runs only after the 200 is sent."""
-    jobs.get(job_id)
+    reads.get(job_id)
     return job_id
 
 
 ExistingJobId = Annotated[str, Depends(existing_job)]
 
 
-async def follow(request: Request, jobs: Jobs, settings: AppSettings, job_id: JobId) -> Follow:
+async def follow(request: Request, reads: Reads, settings: AppSettings, job_id: JobId) -> Follow:
     """What ends a stream of the job before the job ends (``service/http/follow.py``)."""
     return Follow(
         request.app.state.auth,
         request.headers.get("authorization"),
         job_id,
-        jobs.reads,
+        reads.loop,
         idle_s=settings.clients.stream_idle_s,
         recheck_s=settings.clients.stream_recheck_s,
     )

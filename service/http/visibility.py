@@ -6,18 +6,18 @@ own are the server admin's)."""
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 
 from api.errors import job_not_found
-from api.schemas import CancelledJobs, CancelRefusal
+from api.schemas import CancelRefusal
 from service.db.models import JobRow
-from service.jobs import JobService
+from service.job_reads import JobReads
 from service.tenancy.caller import Caller
 
 
-def cancel_visible(jobs: JobService, ids: list[str], caller: Caller) -> CancelledJobs:
-    if caller.admin:
-        return jobs.cancel_many(ids, actor=caller.name)
-    with jobs.sessions() as s:
+def writable_ids(sessions: sessionmaker, ids: list[str], caller: Caller) -> tuple[list[str], list[CancelRefusal]]:
+    """Of a bulk cancel's ids, those the caller may cancel, and a refusal for each other."""
+    with sessions() as s:
         rows = s.execute(select(JobRow.id, JobRow.project).where(JobRow.id.in_(ids)))
         projects = {r.id: r.project for r in rows}
     allowed = [i for i in ids if i in projects and caller.can_write(projects[i])]
@@ -30,11 +30,10 @@ def cancel_visible(jobs: JobService, ids: list[str], caller: Caller) -> Cancelle
         else:
             err = job_not_found(job_id)
             refused.append(CancelRefusal(id=job_id, code=err.code, message=err.message))
-    done = jobs.cancel_many(allowed, actor=caller.name) if allowed else CancelledJobs(cancelled=[], refused=[])
-    return CancelledJobs(cancelled=done.cancelled, refused=done.refused + refused)
+    return allowed, refused
 
 
-def subscription_visible(jobs: JobService, subscription: str, caller: Caller) -> bool:
+def subscription_visible(reads: JobReads, subscription: str, caller: Caller) -> bool:
     """Whether the caller may read a subscription's deliveries: ``server:<name>`` is the
     server admin's; ``<job id>-<n>`` belongs to whoever reads that job."""
     if caller.admin:
@@ -42,5 +41,5 @@ def subscription_visible(jobs: JobService, subscription: str, caller: Caller) ->
     if subscription.startswith("server:"):
         return False
     job_id = subscription.rsplit("-", 1)[0]
-    project = jobs.project_of(job_id)
+    project = reads.project_of(job_id)
     return project is not None and caller.can_read(project)

@@ -17,6 +17,7 @@ import logging
 from datetime import timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 
 from api.schemas import JobStatus
 from service import lifecycle
@@ -39,10 +40,13 @@ def marker_name(attempt: int) -> str:
 
 
 class Preemptions:
-    def __init__(self, service):
-        self.service = service
-        self.sessions = service.sessions
-        self.grace_s = service.settings.scheduling.preemption_grace_s
+    """``storage_path``: where the jobs' prefixes are (the markers go there); ``grace_s``:
+    how long a preempted job has to checkpoint before its Ray job is stopped."""
+
+    def __init__(self, sessions: sessionmaker, storage_path: str, grace_s: float):
+        self.sessions = sessions
+        self.storage_path = storage_path
+        self.grace_s = grace_s
         self._told: set[tuple[str, int]] = set()  # markers written by this process
 
     def preempt(self, job_ids: list[str], for_job: str, for_project: str) -> list[str]:
@@ -72,7 +76,8 @@ class Preemptions:
         if (job_id, attempt) in self._told:
             return
         try:
-            storage.write_private(self.service.prefix(job_id), marker_name(attempt), b"preempted\n")
+            prefix = storage.job_prefix(self.storage_path, job_id)
+            storage.write_private(prefix, marker_name(attempt), b"preempted\n")
             self._told.add((job_id, attempt))
         except OSError as exc:  # the deadline still stops it; the next tick tries again
             log.warning("job %s: could not write its preemption marker: %s", job_id, exc)

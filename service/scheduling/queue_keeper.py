@@ -3,16 +3,18 @@
 next one looks again only at what changed.
 
 Each pass fails what missed its deadline or can never fit, says why the rest wait, stores
-every waiting job's place, and returns the jobs to start; the monitor starts them. It
-reads the typed columns filled at submit and looks again only at jobs created or moved
-since the last pass (all of them every ``FULL_PASS_S``), so a quiet pass writes nothing
-and reads no more than the head of the queue.
+every waiting job's place, and returns its decision (``Admitted``): the jobs to start and
+the borrowed jobs to preempt, if any; the monitor carries it out. It reads the typed
+columns filled at submit and looks again only at jobs created or moved since the last
+pass (all of them every ``FULL_PASS_S``), so a quiet pass writes nothing and reads no
+more than the head of the queue.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import select, update
@@ -39,6 +41,23 @@ class Capacity(Protocol):
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]: ...
 
 
+@dataclass(frozen=True)
+class Preemption:
+    """Borrowed jobs to preempt for a project under its guarantee, and the job they make room for."""
+
+    victims: list[str]
+    for_job: str
+    for_project: str
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """One pass's decision: the jobs to submit, and the preemption to make (None: none)."""
+
+    start: list[str] = field(default_factory=list)
+    preempt: Preemption | None = None
+
+
 class QueueKeeper:
     def __init__(
         self,
@@ -53,8 +72,6 @@ class QueueKeeper:
         self.active = active
         self.default_quota = default_quota or QuotaSpec()
         self.half_life_s = half_life_s
-        # Borrowed jobs to preempt for a project under its guarantee: (victims, the job, its project).
-        self.preempt: tuple[list[str], str, str] | None = None
         self._marks: queue.Marks | None = None  # None: the next pass reads the whole queue
         self._full_pass_at = float("-inf")
         self._rest_reason: str | None = None
@@ -62,8 +79,8 @@ class QueueKeeper:
         self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
         self._big_move_at = float("-inf")
 
-    def admit(self) -> list[str]:
-        """One admission pass; returns the jobs to submit: those the plan starts, and those
+    def admit(self) -> Admitted:
+        """One admission pass. The jobs to submit are those the plan starts, and those
         whose submit is under way or was cut short (their submission id is fixed, so they
         hold their resources already and are submitted again with the same id)."""
         with self.sessions() as s:
@@ -80,7 +97,7 @@ class QueueKeeper:
         except ClusterUnavailable as exc:
             self.fail_queued(late)
             self._tell(admission.Plan(), f"waiting for the Ray cluster: {exc}", touched, now_marks)
-            return in_flight
+            return Admitted(in_flight)
         # A job submitted while Ray did not answer skipped the submit-time check: one that can
         # never fit fails here instead of blocking the queue behind it for ever.
         max_cpus, max_gpus = admission.max_capacity(info, extra)
@@ -95,11 +112,11 @@ class QueueKeeper:
             order = admission.fair_order(heads, loads)
             ceiling = admission.Ceiling(max_cpus, max_gpus, admission.extra_free(info, []))
             plan = admission.plan(order, admission.free(info, held, extra), free_extra, loads, ceiling)
-            self.preempt = self._victims(s, plan, loads)
+            preempt = self._victims(s, plan, loads)
         self._tell(plan, admission.BEHIND, touched, now_marks)
-        return in_flight + plan.start
+        return Admitted(in_flight + plan.start, preempt)
 
-    def _victims(self, s: Session, plan: admission.Plan, loads) -> tuple[list[str], str, str] | None:
+    def _victims(self, s: Session, plan: admission.Plan, loads) -> Preemption | None:
         """The borrowed jobs to preempt for the first waiting job within its project's
         guarantee; none while an earlier preemption is still stopping its jobs."""
         if plan.wants is None:
@@ -117,7 +134,7 @@ class QueueKeeper:
         plan.reasons[job.id] = (
             f"waiting for preempted borrowed jobs to stop: project {job.project} is under its guarantee"
         )
-        return chosen, job.id, job.project
+        return Preemption(chosen, job.id, job.project)
 
     def fail_queued(self, failures: list[admission.Failure]) -> None:
         """Fail these jobs if they are still waiting (a record this server cannot read,

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from api.errors import job_not_found
 from api.schemas import CheckpointPublic
-from service.http.deps import CheckpointId, CurrentCaller, Downloads, JobId, Jobs
+from service.http.deps import CheckpointId, CurrentCaller, Downloads, JobId, Reads
 from service.http.downloads import GzipResponse
 from service.http.openapi import errors
 
@@ -19,8 +19,8 @@ router = APIRouter(tags=["checkpoints"])
     operation_id="list_checkpoints",
     responses=errors(404, 422),
 )
-def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
-    return jobs.checkpoints(job_id)
+def list_checkpoints(reads: Reads, job_id: JobId) -> list[CheckpointPublic]:
+    return reads.checkpoints(job_id)
 
 
 @router.get(
@@ -33,17 +33,17 @@ def list_checkpoints(jobs: Jobs, job_id: JobId) -> list[CheckpointPublic]:
     },
 )
 def download_checkpoint(
-    jobs: Jobs, downloads: Downloads, caller: CurrentCaller, job_id: JobId, checkpoint_id: CheckpointId
+    reads: Reads, downloads: Downloads, caller: CurrentCaller, job_id: JobId, checkpoint_id: CheckpointId
 ) -> GzipResponse:
     """The checkpoint directory as a tar.gz, streamed while it is packed (any size, constant memory).
     At most RAYDOCK_MAX_CONCURRENT_DOWNLOADS at once, of which one project holds at most
     RAYDOCK_PROJECT_SHARE and one user RAYDOCK_USER_SHARE (429 `too_many_downloads` beyond)."""
-    project = jobs.project_of(job_id)
+    project = reads.project_of(job_id)
     if project is None:
         raise job_not_found(job_id)
     release = downloads.admit(caller, project)
     try:
-        filename, pieces = jobs.checkpoint_archive(job_id, checkpoint_id)
+        filename, pieces = reads.checkpoint_archive(job_id, checkpoint_id)
     except BaseException:
         release()
         raise

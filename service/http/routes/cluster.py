@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.schemas import ClusterInfo
-from service.http.deps import Jobs
+from service.http.deps import Cluster
 from service.http.openapi import errors
 
 router = APIRouter(tags=["cluster"])
@@ -19,7 +19,7 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/cluster", response_model=ClusterInfo, operation_id="get_cluster", responses=errors(503))
-def cluster(jobs: Jobs) -> ClusterInfo:
-    info = jobs.backend.cluster_info()
-    info.warm_pool = jobs.backend.warm_pool()
+def cluster(backend: Cluster) -> ClusterInfo:
+    info = backend.cluster_info()
+    info.warm_pool = backend.warm_pool()
     return info

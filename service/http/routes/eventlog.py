@@ -14,7 +14,7 @@ from api.schemas.eventlog import DeliveryList, EventList, EventType, WebhookPubl
 from service.db.models import JobRow
 from service.eventlog import deliveries, subscriptions
 from service.eventlog import log as eventlog
-from service.http.deps import ID_PATTERN, AppSettings, CurrentCaller, JobId, Jobs, Store
+from service.http.deps import ID_PATTERN, AppSettings, CurrentCaller, JobId, Reads, Store
 from service.http.openapi import errors
 from service.http.visibility import subscription_visible
 
@@ -95,14 +95,14 @@ def list_webhooks(settings: AppSettings, caller: CurrentCaller) -> list[WebhookP
 )
 def list_deliveries(
     store: Store,
-    jobs: Jobs,
+    reads: Reads,
     caller: CurrentCaller,
     subscription: SubscriptionId,
     before: Annotated[int | None, Query(ge=1, le=INT64_MAX, description="A page's `next`: older deliveries.")] = None,
     limit: Limit = 100,
 ) -> DeliveryList:
     """A subscription's deliveries, newest first: state, tries, the receiver's last answer."""
-    if not subscription_visible(jobs, subscription, caller):
+    if not subscription_visible(reads, subscription, caller):
         return DeliveryList(subscription=subscription, items=[])  # as for a subscription with no deliveries
     with store() as s:
         return deliveries.page(s, subscription, before=before, limit=limit)

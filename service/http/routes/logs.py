@@ -12,7 +12,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from api.errors import NotFound
-from service.http.deps import JobId, Jobs, Offset, StreamFollow
+from service.http.deps import JobId, Offset, Reads, StreamFollow
 from service.http.openapi import errors
 
 router = APIRouter(tags=["logs"])
@@ -23,22 +23,22 @@ TEXT = "text/plain; charset=utf-8"
 @router.get(
     "/jobs/{job_id}/logs", response_class=PlainTextResponse, operation_id="get_logs", responses=errors(404, 422, 429)
 )
-def get_logs(jobs: Jobs, job_id: JobId, ending: StreamFollow, follow: bool = False, offset: Offset = 0) -> Response:
+def get_logs(reads: Reads, job_id: JobId, ending: StreamFollow, follow: bool = False, offset: Offset = 0) -> Response:
     """The job's driver log (all workers' output) from character `offset` on. `follow=true` streams
     until the job ends, or until it has not been running for RAYDOCK_STREAM_IDLE_S, or until the
     caller may no longer read it: then a last line `[raydock] ...` says why. A log over
     RAYDOCK_MAX_LOG_BYTES keeps its head and tail; a line in between says how many bytes were dropped."""
     if not follow:
-        return StreamingResponse(jobs.log_stream(job_id, offset), media_type=TEXT)
-    jobs.get(job_id)  # 404 before the stream opens
+        return StreamingResponse(reads.log_stream(job_id, offset), media_type=TEXT)
+    reads.get(job_id)  # 404 before the stream opens
 
     async def chunks() -> AsyncIterator[str]:
         pos = offset
         try:
             while True:
-                status = (await asyncio.to_thread(jobs.get, job_id)).status
+                status = (await asyncio.to_thread(reads.get, job_id)).status
                 while True:  # everything stored so far, a range at a time
-                    text, pos = await asyncio.to_thread(jobs.logs, job_id, pos)
+                    text, pos = await asyncio.to_thread(reads.logs, job_id, pos)
                     if not text:
                         break
                     yield text

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from api.errors import NotFound
 from api.schemas import MetricPoint
 from service.events.reads import series
-from service.http.deps import ExistingJobId, JobId, Jobs, Since, StreamFollow
+from service.http.deps import ExistingJobId, JobId, Reads, Since, StreamFollow
 from service.http.openapi import errors
 
 router = APIRouter(tags=["metrics"])
@@ -46,15 +46,15 @@ MaxPoints = Annotated[
     "/jobs/{job_id}/metrics", response_model=list[MetricPoint], operation_id="get_metrics", responses=errors(404, 422)
 )
 def get_metrics(
-    jobs: Jobs, job_id: JobId, request: Request, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
+    reads: Reads, job_id: JobId, request: Request, since: Since = -1, limit: Limit = None, max_points: MaxPoints = None
 ) -> Response:
     """Stored reports with seq > since, in seq order: a page of `limit` (a `Link: <...>; rel="next"` header
     when more follow), or with `max_points` the rest of the series (or the next `limit` reports) downsampled."""
     if max_points is not None:
         until = since + limit if limit is not None else None
-        return _json(jobs.metrics_downsampled(job_id, since, max_points, until), {})
+        return _json(reads.metrics_downsampled(job_id, since, max_points, until), {})
     limit = limit or series.PAGE_DEFAULT
-    points, more = jobs.metrics(job_id, since, limit)
+    points, more = reads.metrics(job_id, since, limit)
     headers = {"Link": f'<{request.url.path}?since={points[-1].seq}&limit={limit}>; rel="next"'} if more else {}
     return _json(points, headers)
 
@@ -71,7 +71,7 @@ def _json(points: list[MetricPoint], headers: dict[str, str]) -> Response:
     responses=errors(404, 422, 429),
 )
 async def stream_metrics(
-    jobs: Jobs, job_id: ExistingJobId, ending: StreamFollow, since: Since = -1
+    reads: Reads, job_id: ExistingJobId, ending: StreamFollow, since: Since = -1
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events: one `metric` event per report, then an `end` event when the job
     ends (status `DELETED` if the job is deleted while it is followed). A stream of a job that
@@ -79,10 +79,10 @@ async def stream_metrics(
     ends with an `end` event whose `reason` (`not_running`, `access_ended`) and `message` say why."""
     try:
         while True:
-            status = (await asyncio.to_thread(jobs.get, job_id)).status
+            status = (await asyncio.to_thread(reads.get, job_id)).status
             more = True
             while more:
-                points, more = await asyncio.to_thread(jobs.metrics, job_id, since)
+                points, more = await asyncio.to_thread(reads.metrics, job_id, since)
                 for point in points:
                     since = point.seq
                     yield ServerSentEvent(data=point.model_dump(mode="json"), event="metric", id=str(point.seq))

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from api.errors import Conflict
 from service.files import archive, storage
-from service.http.deps import CurrentCaller, Downloads, JobId, Jobs
+from service.http.deps import CurrentCaller, Downloads, JobId, Reads
 from service.http.downloads import GzipResponse
 from service.http.openapi import errors
 from service.tracking.tensorboard import FOLDER
@@ -24,13 +24,13 @@ router = APIRouter(tags=["tracking"])
         **errors(404, 409, 422, 429),
     },
 )
-def download_tensorboard(jobs: Jobs, downloads: Downloads, caller: CurrentCaller, job_id: JobId) -> GzipResponse:
+def download_tensorboard(reads: Reads, downloads: Downloads, caller: CurrentCaller, job_id: JobId) -> GzipResponse:
     """The job's TensorBoard event files as a tar.gz, streamed while packed. 409 `no_tensorboard`
     (the job is there, its files are not) until the first report is exported, or when the spec
     did not ask for `tracking.tensorboard`; 404 for an unknown job. Downloads share the
     checkpoints' cap and its per-project and per-user shares (429 `too_many_downloads`)."""
-    job = jobs.get(job_id)  # 404 for an unknown job
-    prefix = jobs.prefix(job_id)
+    job = reads.get(job_id)  # 404 for an unknown job
+    prefix = reads.prefix(job_id)
     folder = storage.join(prefix, FOLDER)
     missing = Conflict(
         f"Job {job_id} has no TensorBoard files: its spec needs `tracking: {{tensorboard: true}}`, and they appear "
