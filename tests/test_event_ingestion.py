@@ -310,13 +310,13 @@ def test_a_live_trial_of_an_ended_search_reads_as_the_searchs_end(running, ended
     from tests.attacks import SEARCH
 
     service, _ = running
-    job, _ = service.submit(parse_job_spec(SEARCH))
+    job, _ = service.jobs.submit(parse_job_spec(SEARCH))
     set_columns(service, job.id, status="RUNNING", attempt=1)
     said = {"t0": "RUNNING", "t1": "TERMINATED", "t2": "PAUSED", "t3": "ERROR", "t4": "PENDING"}
     events = [
         {"type": "trial", "seq": i, "ts": 1.0, "trial_id": t, "status": st} for i, (t, st) in enumerate(said.items())
     ]
-    service.ingest(job.id, events)
+    service.ingest.take(job.id, events)
     trials = TrialService(service.sessions)
     assert {t.trial_id: t.status for t in trials.trials(job.id)} == said  # the search still runs
     set_columns(service, job.id, status=ended)
