@@ -1,5 +1,5 @@
 """raydock on an autoscaling cluster: Ray's fake multi-node provider on this machine
-(tests/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
+(harness/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
 
 The cluster has nothing to train on until the autoscaler adds nodes, so every job here
 needs more than is present: the submit check and the queue must count what the
@@ -20,9 +20,9 @@ import shutil
 import httpx
 import pytest
 
-from tests.clusters import WORKER_TYPE, start_fake_autoscaling_head
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from harness.clusters import WORKER_TYPE, start_fake_autoscaling_head
+from harness.servers import ServerProcess
+from harness.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",

@@ -22,13 +22,13 @@ from typer.testing import CliRunner
 
 from api.client import Client
 from api.schemas.events import MetricEvent, StartedEvent, event_line
+from harness.jobstore import dead_ray, job_service, set_columns, submit
+from harness.servers import ServerProcess
 from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from service.db.models import JobRow, utcnow
 from service.events import logs
-from tests.conftest import user_spec
-from tests.jobstore import dead_ray, job_service, set_columns, submit
-from tests.servers import ServerProcess
+from tests.support.specs import user_spec
 from tests.test_tune import BASE, search
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from api.client import Client
 from api.schemas import TrainSpec
-from tests.conftest import user_spec
+from tests.support.specs import user_spec
 from tests.test_tune import search
 
 LOOP = "userpkg.regression:train_func"

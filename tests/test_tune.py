@@ -19,10 +19,11 @@ import yaml
 from api.client import Client
 from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
+from harness.waiting import wait_for
 from service.cluster.ray_backend import ray_auth_token
-from tests.conftest import CLUSTER_CPUS, user_spec
-from tests.phases_check import assert_phases
-from tests.waiting import wait_for
+from tests.support.phases_check import assert_phases
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import user_spec
 
 BASE = {
     "model": {"type": "mlp", "hidden_sizes": [32]},

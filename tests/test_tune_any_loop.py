@@ -12,9 +12,9 @@ import time
 import pytest
 
 from api.client import Client
-from tests.conftest import user_spec
+from harness.waiting import wait_for
+from tests.support.specs import user_spec
 from tests.test_tune import search
-from tests.waiting import wait_for
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from api.client import Client
 from api.schemas import TuneSpec
 from service.scheduling import admission
-from tests.conftest import user_spec
+from tests.support.specs import user_spec
 from tests.test_tune import search
 
 FUNCTION = "userpkg.tune_fn:trainable"

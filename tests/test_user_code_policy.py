@@ -15,14 +15,14 @@ import pytest
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
+from harness.jobstore import dead_ray
+from harness.servers import ServerProcess
 from service.attempts import Attempts
 from service.cluster.ray_backend import RayBackend
 from service.code.user_code import check_user_code, locate
 from service.db.engine import make_engine, make_sessionmaker
 from service.jobs import JobService
 from service.settings import Settings
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
 
 MAX_FILES, MAX_BYTES = 40, 64 * 1024
 TRIPWIRE = "from pathlib import Path\nPath(__file__).with_name('IMPORTED').write_text('ran')\n"

@@ -23,7 +23,7 @@ import yaml
 
 from api.client import Client
 from api.errors import NotFound
-from tests.servers import ServerProcess
+from harness.servers import ServerProcess
 
 RETENTION_S = 2
 

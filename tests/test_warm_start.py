@@ -18,10 +18,10 @@ import sysconfig
 from pathlib import Path
 
 from api.client import Client
+from harness.waiting import wait_for
 from service.cluster.local_cluster import LocalHead
 from service.cluster.ray_backend import WARM_ENTRYPOINTS, RayBackend
-from tests.conftest import user_spec
-from tests.waiting import wait_for
+from tests.support.specs import user_spec
 
 WARM_LINE = re.compile(r"raydock: warm start, driver (\d+) forked from warm process (\d+)")
 REPO = Path(__file__).resolve().parent.parent
