@@ -7,7 +7,7 @@ autoscaler can add, the job must start, make the autoscaler add nodes, and succe
 idle nodes must then go away.
 
 One to 2.5 minutes on a busy 2-core machine, so it runs only with
-``RAYDOCK_TEST_FAKE_CLUSTER=1`` (as the fake-cluster check in tests/test_docker.py).
+``RAYDOCK_TEST_FAKE_CLUSTER=1`` (as the fake-cluster check in tests/test_docker_cluster.py).
 The parsing of the autoscaler's report is checked on every run by
 tests/test_autoscaler_report.py.
 """
