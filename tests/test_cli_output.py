@@ -29,7 +29,7 @@ from service.cli.errors import explain
 from service.cli.listing import jobs_table
 from service.cli.status import summary
 from service.cluster.local_cluster import free_ports
-from tests.test_tune import BASE, search
+from tests.support.specs import BASE, search
 
 WIDTH = 80
 TOKEN = "cli-output-token"

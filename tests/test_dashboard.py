@@ -28,8 +28,7 @@ from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from service.db.models import JobRow, utcnow
 from service.events import logs
-from tests.support.specs import user_spec
-from tests.test_tune import BASE, search
+from tests.support.specs import BASE, search, user_spec
 
 pytestmark = pytest.mark.slow
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -22,7 +22,7 @@ import yaml
 
 from api.client import Client
 from harness.servers import REPO, ServerProcess
-from tests.test_user_code_upload import write_user_code
+from tests.support.user_code import write_user_code
 
 pytestmark = pytest.mark.long
 

@@ -16,7 +16,7 @@ from api.client import Client
 from harness.waiting import wait_for
 from harness.warm_attacks import plant, planted_saw, run_client, start_warm
 from service.cluster.local_cluster import LocalHead
-from tests.test_warm_start import _alive, ensure_warm, pool_dir, tiny, warm_pid
+from tests.support.warm import ensure_warm, is_alive, pool_dir, tiny, warm_pid
 from trainers.zygote import peer
 from trainers.zygote.server import PATH_TAKEN
 
@@ -81,7 +81,7 @@ def test_on_a_cluster_a_job_sends_a_planted_listener_nothing_and_the_pool_leaves
         assert "is not this node's warm process" in logs and "warm start, driver" not in logs, logs[-2000:]
         got = planted_saw(record)
         assert got["connections"] >= 1 and got["bytes"] == 0 and got["fds"] == 0, got
-        wait_for(lambda: not _alive(zygote), 60, "the warm process whose path was taken gone")
+        wait_for(lambda: not is_alive(zygote), 60, "the warm process whose path was taken gone")
         wait_for(lambda: client.cluster().warm_pool == [], 60, "the pool gone from GET /v1/cluster")
     finally:
         os.kill(planted, signal.SIGKILL)
