@@ -24,8 +24,8 @@ import httpx
 
 from api.schemas.events import PHASE_NAMES
 from bench.jobs import run_job
+from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
-from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
 TARGET_S = 5.0

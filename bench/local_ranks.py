@@ -25,8 +25,8 @@ import httpx
 
 from api.schemas import parse_event
 from bench.job_timeline import SPECS
+from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
-from tests.servers import ServerProcess
 
 JOBS = {"digits mlp": SPECS["builtin"], "user code": SPECS["user"]}  # the jobs bench.job_timeline times
 

@@ -28,9 +28,9 @@ import httpx
 from api.schemas.events import PHASE_NAMES
 from bench import workload
 from bench.jobs import run_job
+from harness.servers import ServerProcess
 from service.cluster.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
 from service.cluster.ray_backend import ray_auth_token
-from tests.servers import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 

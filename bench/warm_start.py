@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 
 from bench.job_timeline import one_job
+from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
 from service.cluster.ray_backend import RayBackend
-from tests.servers import ServerProcess
 
 PHASES = ("ray job start", "driver started", "first report (controller)", "first metric stored")
 

@@ -24,12 +24,12 @@ import time
 import httpx
 import pytest
 
+from harness.jobstore import dead_ray
+from harness.servers import ServerProcess
+from harness.specs import digits_spec
+from harness.waiting import wait_for
+from harness.webhook_receiver import DripReceiver, Receiver
 from service.eventlog.deliverer import backoff_s
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
-from tests.webhook_receiver import DripReceiver, Receiver
 
 TIMEOUT_S, BACKOFF_S = 4.0, 0.5
 
