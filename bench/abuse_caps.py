@@ -30,9 +30,9 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from harness import attacks, caps_attacks
-from harness.code_attacks import package
-from harness.tenancy_world import start_world
+from bench.harness import attacks, caps_attacks
+from bench.harness.code_attacks import package
+from bench.harness.tenancy_world import start_world
 
 STREAMS, UPLOADS = 64, 8
 ENV = {

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from harness.servers import ServerProcess
-from harness.warm_pool_attacks import log_figures, squat, unsquat
+from bench.harness.servers import ServerProcess
+from bench.harness.warm_pool_attacks import log_figures, squat, unsquat
 from service.cluster.local_cluster import ensure_token, start_head
 from service.cluster.warm_pool import MAX_LOG_BYTES
 

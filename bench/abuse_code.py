@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from harness import attacks, code_attacks
-from harness.code_attacks import INSTALLER_ATTACKS, job
+from bench.harness import attacks, code_attacks
+from bench.harness.code_attacks import INSTALLER_ATTACKS, job
 
 
 def huge_directory(root: Path) -> None:

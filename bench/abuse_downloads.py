@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from harness import download_attacks as attacks
+from bench.harness import download_attacks as attacks
 
 LIMIT = 8  # RAYDOCK_MAX_CONCURRENT_DOWNLOADS's default
 SEND_TIMEOUT_S = 12

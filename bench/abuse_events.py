@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from harness import attacks
+from bench.harness import attacks
 
 
 def worker_failure_flood(root: Path) -> None:

@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from harness import attacks
+from bench.harness import attacks
 from service.events.reads.replay import MAX_LINEAGE
 
 BOUND_S = 10.0

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from harness.write_attacks import DB_BYTES, PLANTS, deep_chain, plant, tree
+from bench.harness.write_attacks import DB_BYTES, PLANTS, deep_chain, plant, tree
 from service.files import storage
 
 # What the server writes, as (the job prefix below the storage path, or "" for the storage

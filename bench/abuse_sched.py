@@ -27,10 +27,10 @@ import httpx
 
 from api.schemas import QuotaSpec
 from bench.figures import row, run_attacks
-from harness.jobstore import dead_ray, job_service, set_columns
-from harness.sched_attacks import PLACEMENT_GROUP_NAMES, WIDE, admit, cluster, submit
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.jobstore import dead_ray, job_service, set_columns
+from bench.harness.sched_attacks import PLACEMENT_GROUP_NAMES, WIDE, admit, cluster, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import utcnow
 from service.files import storage
 from service.scheduling import fair_share, queue

@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from harness import attacks
-from harness.jobstore import set_columns
+from bench.harness import attacks
+from bench.harness.jobstore import set_columns
 
 MAX_SUBMIT_MS = 1000
 

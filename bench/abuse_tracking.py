@@ -24,8 +24,8 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from bench.figures import row, run_attacks
-from harness import tracking_attacks as ta
-from harness.waiting import wait_for
+from bench.harness import tracking_attacks as ta
+from bench.harness.waiting import wait_for
 from service.db.event_models import TrialMetricRow
 from service.tracking.names import trial_folder
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from harness.warm_attacks import plant, planted_saw, run_client, start_warm
+from bench.harness.warm_attacks import plant, planted_saw, run_client, start_warm
 from trainers.zygote.server import PATH_TAKEN
 
 

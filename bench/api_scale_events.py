@@ -32,8 +32,8 @@ from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
 from api.schemas.events import SUBMISSION_HEADER
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
@@ -315,7 +315,7 @@ def main() -> None:
     args = ap.parse_args()
     pg = None
     if args.db == "postgres":
-        from harness.databases import PostgresServer
+        from bench.harness.databases import PostgresServer
 
         pg = PostgresServer()
         pg.start()

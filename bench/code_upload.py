@@ -21,8 +21,8 @@ import httpx
 
 from api.client import Client
 from api.code_package import build_package
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
-from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
 
 FILES = int(os.environ.get("BENCH_FILES", "1000"))

@@ -29,8 +29,8 @@ from sqlalchemy import insert, update
 from api.schemas import parse_job_spec
 from bench.api_scale import seed
 from bench.figures import ROWS, row
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker

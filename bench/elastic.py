@@ -35,8 +35,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.clusters import start_fake_autoscaling_head
-from harness.servers import ServerProcess
+from bench.harness.clusters import start_fake_autoscaling_head
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import _session_pids
 
 

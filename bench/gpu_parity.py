@@ -270,7 +270,7 @@ def main() -> int:
         results[w.name] = {"direct": asdict(d)}
         print(f"direct {w.name}: {d.items_per_s:,.0f} {w.unit}s/s  mfu {d.mfu}  {d.extra}", flush=True)
     if not args.skip_job:
-        from harness.servers import ServerProcess
+        from bench.harness.servers import ServerProcess
         from service.cluster.local_cluster import start_head
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 
 from api.schemas.events import PHASE_NAMES
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
-from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"

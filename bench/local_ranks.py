@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 from api.schemas import parse_event
+from bench.harness.servers import ServerProcess
 from bench.job_timeline import SPECS
-from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
 
 JOBS = {"digits mlp": SPECS["builtin"], "user code": SPECS["user"]}  # the jobs bench.job_timeline times

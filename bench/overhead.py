@@ -27,8 +27,8 @@ import httpx
 
 from api.schemas.events import PHASE_NAMES
 from bench import workload
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
-from harness.servers import ServerProcess
 from service.cluster.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
 from service.cluster.ray_backend import ray_auth_token
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import _session_pids, start_head
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"

@@ -32,7 +32,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from api.schemas import ParallelismSpec
-from harness.parallel import run_workers
+from bench.harness.parallel import run_workers
 from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import build_mesh, parallelize

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from harness.tenancy_world import start_world
+from bench.harness.tenancy_world import start_world
 
 
 def timed(url: str, token: str, path: str, n: int) -> list[float]:

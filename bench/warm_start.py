@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.servers import ServerProcess
 from bench.job_timeline import one_job
-from harness.servers import ServerProcess
 from service.cluster.local_cluster import start_head
 from service.cluster.ray_backend import RayBackend
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy import update
 
 from api.schemas import JobStatus
-from harness.webhook_receiver import Receiver
+from bench.harness.webhook_receiver import Receiver
 from service import lifecycle
 from service.background.periodic import Periodic
 from service.background.runner import Runner

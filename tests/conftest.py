@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from api.client import Client
-from harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
-from harness.servers import ServerProcess
+from bench.harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.support.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
 from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path

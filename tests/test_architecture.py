@@ -4,7 +4,8 @@ server and the cluster share are spelled only in ``api.cluster_contract``, the
 server's background work is periodic units run by ``service.background`` (no thread or
 sleeping loop of its own elsewhere), the events' writers and reads never import each
 other, the server reads its environment only through ``service.settings``, and the rigs
-(harness/, bench/, tests/) import one way: a benchmark imports no test, the product no rig;
+(bench/, tests/) import one way: a benchmark imports no test, a test no benchmark but the
+shared harness (bench/harness/), the product no rig;
 and one composition root (``service.runtime``) builds the server's parts and hands each its
 collaborators by name.
 

@@ -1,5 +1,5 @@
 """raydock on an autoscaling cluster: Ray's fake multi-node provider on this machine
-(harness/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
+(bench/harness/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
 
 The cluster has nothing to train on until the autoscaler adds nodes, so every job here
 needs more than is present: the submit check and the queue must count what the
@@ -20,9 +20,9 @@ import shutil
 import httpx
 import pytest
 
-from harness.clusters import WORKER_TYPE, start_fake_autoscaling_head
-from harness.servers import ServerProcess
-from harness.waiting import wait_for
+from bench.harness.clusters import WORKER_TYPE, start_fake_autoscaling_head
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",

@@ -8,7 +8,7 @@ import pytest
 
 from api.client import Client
 from api.errors import CapacityExceeded, InvalidSpec, NotFound
-from harness.specs import digits_spec
+from bench.harness.specs import digits_spec
 from service.runtime import build_runtime
 from service.settings import Settings
 from tests.support.session import CLUSTER_CPUS

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from api.client import Client, Job
 from api.errors import Conflict, InvalidSpec, NotFound, RaydockError, Unauthorized
 from api.schemas import CheckpointPublic, JobPublic
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cli import app
 from service.cli.common import console, err
 from service.cli.errors import explain

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import uuid
 
-from harness.waiting import wait_for
+from bench.harness.waiting import wait_for
 from tests.support import cluster_teardown
 
 HOLDER = textwrap.dedent(

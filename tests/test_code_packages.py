@@ -26,7 +26,7 @@ import pytest
 from api.client import Client
 from api.code_package import TOP, build_package, package_files
 from api.errors import CodeTooLarge, InvalidSpec
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import free_ports
 from tests.support.user_code import IGNORE_CASES
 

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from api.client import Client
 from api.schemas.events import MetricEvent, StartedEvent, event_line
-from harness.jobstore import dead_ray, job_service, set_columns, submit
-from harness.servers import ServerProcess
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
 from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from service.db.models import JobRow, utcnow

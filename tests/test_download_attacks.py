@@ -1,5 +1,5 @@
 """Checkpoint downloads under attack, over real HTTP against a real server (SQLite, no
-Ray: ``harness/download_attacks.py`` puts the job and its checkpoint in place, and the
+Ray: ``bench/harness/download_attacks.py`` puts the job and its checkpoint in place, and the
 test then does what the job's code or a client could do)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from api.client import Client
 from api.errors import Busy
-from harness import download_attacks as attacks
+from bench.harness import download_attacks as attacks
 from service.db.event_models import CheckpointRow
 
 SEND_TIMEOUT_S = 3

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from api.client import Client
-from harness.servers import ServerProcess
-from harness.waiting import wait_for
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import user_spec

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import user_spec
 

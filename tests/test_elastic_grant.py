@@ -15,10 +15,10 @@ from alembic.config import Config
 from sqlalchemy import text
 
 from api.schemas import QuotaSpec
-from harness.jobstore import job_service, set_columns
-from harness.sched_attacks import ACTIVE, WIDE, admit, cluster, submit
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.jobstore import job_service, set_columns
+from bench.harness.sched_attacks import ACTIVE, WIDE, admit, cluster, submit
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.db.engine import make_engine
 from service.db.models import JobRow, utcnow
 from service.files import storage

@@ -13,8 +13,8 @@ import pytest
 
 from api.client import Client
 from api.schemas.events import SUBMISSION_HEADER
-from harness.jobstore import dead_ray, job_service, set_columns, submit
-from harness.servers import ServerProcess
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
 from service.db.event_models import CheckpointRow
 from service.events.reads import series
 from service.events.tokens import token_hash

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from api.schemas import event_line, parse_event, parse_job_spec
-from harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import LogChunkRow, MetricRow, TrialRow
@@ -276,7 +276,7 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
 
 def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(running):
     from api.errors import Conflict
-    from harness.attacks import SEARCH
+    from bench.harness.attacks import SEARCH
     from service.events.reads.trials import TrialService
 
     service, _ = running
@@ -306,7 +306,7 @@ def test_every_event_type_has_one_writer_and_a_driver_sends_only_tunes_trial_sta
     "ended, live_reads", [("CANCELLED", "CANCELLED"), ("FAILED", "ERROR"), ("SUCCEEDED", "TERMINATED")]
 )
 def test_a_live_trial_of_an_ended_search_reads_as_the_searchs_end(running, ended, live_reads):
-    from harness.attacks import SEARCH
+    from bench.harness.attacks import SEARCH
     from service.events.reads.trials import TrialService
 
     service, _ = running

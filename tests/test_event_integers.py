@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from api.schemas import JobStatus
 from api.schemas.events import MARKER, MAX_TRIAL_ID
-from harness import attacks
+from bench.harness import attacks
 from service.db.event_models import CheckpointRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import JobRow
 

@@ -1,6 +1,6 @@
 """One job's code forging another job's events, as a hostile job on the same Ray cluster
 can (same OS user, same storage): what the forged push may still reach, over real HTTP on
-real SQLite and PostgreSQL (``harness/attacks.py``), and the launch file the token travels
+real SQLite and PostgreSQL (``bench/harness/attacks.py``), and the launch file the token travels
 in, read and deleted by the driver's own code (``trainers.launch``)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import func, select
 
 from api.schemas.events import SUBMISSION_HEADER
-from harness import attacks
-from harness.jobstore import set_columns
+from bench.harness import attacks
+from bench.harness.jobstore import set_columns
 from service.db.event_models import CheckpointRow, MetricRow
 from service.files import storage
 from trainers import launch as launch_mod

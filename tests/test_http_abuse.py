@@ -12,11 +12,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from harness import attacks, http_attacks
-from harness.attacks import SEARCH
-from harness.jobstore import job_service, set_columns, submit
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness import attacks, http_attacks
+from bench.harness.attacks import SEARCH
+from bench.harness.jobstore import job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import JobRow
 
 # Each test starts servers of its own and takes seconds: out of the fast command.

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import yaml
 
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 
 TOKEN = "s3cret-token"

@@ -16,8 +16,8 @@ from ray.job_submission import JobSubmissionClient
 from sqlalchemy import create_engine, text
 
 from api.client import Client
-from harness.servers import ServerProcess
-from harness.waiting import wait_for
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports
 from tests.support.specs import user_spec
 

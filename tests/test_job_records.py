@@ -13,8 +13,8 @@ from sqlalchemy.exc import DBAPIError
 
 from api.errors import NotFound
 from api.schemas import JobStatus, parse_job_spec
-from harness.jobstore import job_service, submit
-from harness.specs import digits_spec
+from bench.harness.jobstore import job_service, submit
+from bench.harness.specs import digits_spec
 from service.db.models import JobRow
 
 

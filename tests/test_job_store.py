@@ -10,7 +10,7 @@ from sqlalchemy import event, select
 
 from api.errors import InvalidSpec
 from api.schemas import JobStatus
-from harness.jobstore import job_service, set_columns, submit
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.db.listing import decode_cursor, encode_cursor
 from service.db.models import JobRow, TransitionRow, utcnow
 from service.scheduling import admission, queue

@@ -16,8 +16,8 @@ import yaml
 from api.client import Client
 from api.schemas import DigitsData, MLPModel
 from api.schemas.events import PHASE_NAMES
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from tests.support.phases_check import assert_phases
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import user_spec

@@ -17,8 +17,8 @@ import pytest
 from api.client import Client
 from api.local_ranks import cold_reason
 from api.schemas import ClusterInfo, NodeInfo, TrainSpec
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import entrypoint_resources
 from service.scheduling.node_fit import one_node_holds
 from service.scheduling.rank_plan import entrypoint_resources as planned

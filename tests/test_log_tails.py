@@ -10,7 +10,7 @@ import time
 
 from sqlalchemy import select
 
-from harness.jobstore import job_service, set_columns, submit
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.event_models import MetricRow
 from service.db.models import JobRow

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.client import Client
 from api.errors import Conflict, NotFound
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from tests.support.specs import user_spec
 
 TOKEN, METRICS_TOKEN = "api-token-for-metrics-tests", "scrape-token-for-metrics-tests"

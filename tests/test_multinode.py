@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from api.errors import ClusterUnavailable
-from harness.servers import ServerProcess
-from harness.waiting import wait_for
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports, head_env
 from service.cluster.ray_backend import RayBackend
 from tests.support.netns import NetworkHosts

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from api.schemas import QuotaSpec
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from tests.support.session import CLUSTER_CPUS
 
 

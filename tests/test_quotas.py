@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from api.errors import QuotaExceeded
 from api.schemas import JobStatus, QuotaSpec, parse_job_spec
-from harness.jobstore import job_service, set_columns, submit
+from bench.harness.jobstore import job_service, set_columns, submit
 from service import lifecycle
 from service.db.models import JobRow, aware, utcnow
 from service.db.tenancy_models import JobUsageRow, ProjectUsageRow
@@ -189,6 +189,6 @@ def test_the_queue_reads_each_projects_head(service):
 
 
 def _spec() -> dict:
-    from harness.specs import digits_spec
+    from bench.harness.specs import digits_spec
 
     return digits_spec()

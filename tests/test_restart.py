@@ -8,8 +8,8 @@ import time
 import httpx
 
 from api.client import Client
-from harness.servers import ServerProcess
-from harness.waiting import wait_for
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from tests.support.specs import user_spec
 
 STEPS = 12

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.event_models import CheckpointRow
 from service.db.models import JobLabelRow, JobRow, TransitionRow, store_id, utcnow

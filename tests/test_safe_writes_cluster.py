@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from api.schemas import QuotaSpec
-from harness.specs import digits_spec
-from harness.waiting import wait_for
-from harness.write_attacks import DB_BYTES, plant, tree, written_whole
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.write_attacks import DB_BYTES, plant, tree, written_whole
 from tests.support.session import CLUSTER_CPUS
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from sqlalchemy import inspect, text
 from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, TrainSpec
 from api.schemas.cluster import AutoscalerPublic, NodeInfo, NodeTypeCapacity
-from harness.specs import digits_spec
+from bench.harness.specs import digits_spec
 from service.db.engine import make_engine
 from service.scheduling import admission, node_fit
 from tests.support.specs import user_spec

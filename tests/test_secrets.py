@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
 
 pytestmark = pytest.mark.slow  # starts a Ray head of its own

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from api.schemas import GPTModel, TextData
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from tests.support.specs import user_spec
 from trainers.data.text import batch_at, grammar_dataset
 from trainers.lm_loop import gpt_config

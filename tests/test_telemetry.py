@@ -16,7 +16,7 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
-from harness.specs import digits_spec
+from bench.harness.specs import digits_spec
 from service import lifecycle
 from service.db import event_models, tracking_models  # noqa: F401  (their tables join Base's metadata)
 from service.db.engine import make_sessionmaker

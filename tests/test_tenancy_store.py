@@ -15,7 +15,7 @@ from sqlalchemy import inspect, select, text, update
 from api.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from api.schemas import parse_job_spec
 from api.schemas.tenancy import MAX_TOKENS_PER_USER, RESERVED_USER_NAMES, TokenCreate, UserCreate
-from harness.specs import digits_spec
+from bench.harness.specs import digits_spec
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow

@@ -19,7 +19,7 @@ import yaml
 from api.client import Client
 from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
-from harness.waiting import wait_for
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import ray_auth_token
 from tests.support.phases_check import assert_phases
 from tests.support.session import CLUSTER_CPUS

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from api.client import Client
-from harness.waiting import wait_for
+from bench.harness.waiting import wait_for
 from tests.support.specs import search, user_spec
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"

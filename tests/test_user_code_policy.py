@@ -15,8 +15,8 @@ import pytest
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
-from harness.jobstore import dead_ray
-from harness.servers import ServerProcess
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
 from service.cluster.ray_backend import RayBackend
 from service.code.user_code import check_user_code, locate
 from service.db.engine import make_engine, make_sessionmaker

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from api.client import Client
-from harness.servers import REPO, ServerProcess
+from bench.harness.servers import REPO, ServerProcess
 from tests.support.user_code import write_user_code
 
 pytestmark = pytest.mark.long

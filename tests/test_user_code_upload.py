@@ -22,7 +22,7 @@ import yaml
 
 from api.client import Client
 from api.errors import NotFound
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from tests.support.user_code import write_user_code
 
 RETENTION_S = 2

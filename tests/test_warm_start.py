@@ -18,7 +18,7 @@ import sysconfig
 from pathlib import Path
 
 from api.client import Client
-from harness.waiting import wait_for
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import LocalHead
 from service.cluster.ray_backend import WARM_ENTRYPOINTS, RayBackend
 from tests.support.warm import ensure_warm, is_alive, tiny, warm_pid

@@ -1,5 +1,5 @@
 """A job that takes over the node's warm socket path gets nothing, and the warm process
-whose path was taken leaves: first with no Ray cluster (harness/warm_attacks.py; the test
+whose path was taken leaves: first with no Ray cluster (bench/harness/warm_attacks.py; the test
 stands where the warm process's supervisor actor would), then on the session's cluster
 through the whole path (REST submit, Ray job, the entrypoint asking the GCS).
 """
@@ -13,8 +13,8 @@ import socket
 import pytest
 
 from api.client import Client
-from harness.waiting import wait_for
-from harness.warm_attacks import plant, planted_saw, run_client, start_warm
+from bench.harness.waiting import wait_for
+from bench.harness.warm_attacks import plant, planted_saw, run_client, start_warm
 from service.cluster.local_cluster import LocalHead
 from tests.support.warm import ensure_warm, is_alive, pool_dir, tiny, warm_pid
 from trainers.zygote import peer

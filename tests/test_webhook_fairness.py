@@ -24,11 +24,11 @@ import time
 import httpx
 import pytest
 
-from harness.jobstore import dead_ray
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
-from harness.waiting import wait_for
-from harness.webhook_receiver import DripReceiver, Receiver
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.webhook_receiver import DripReceiver, Receiver
 from service.eventlog.deliverer import backoff_s
 
 TIMEOUT_S, BACKOFF_S = 4.0, 0.5

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from api.client import Client
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
-from harness.waiting import wait_for
-from harness.webhook_receiver import Receiver
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.webhook_receiver import Receiver
 from service.cli.main import app
 from service.eventlog import signing
 from tests.support.specs import user_spec

@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from api.schemas import JobStatus
-from harness.servers import ServerProcess
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead
 from service.cluster.ray_backend import RayBackend
 

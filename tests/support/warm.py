@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from api.client import Client
-from harness.waiting import wait_for
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import LocalHead
 from tests.support.specs import user_spec
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.attacks import Target, start_target
+from bench.harness.attacks import Target, start_target
 from service.db.event_models import CheckpointRow
 
 __all__ = ["Target", "start_target"]

@@ -7,7 +7,7 @@ No Ray: the cluster is given as Ray would report it."""
 from __future__ import annotations
 
 from api.schemas import ClusterInfo, NodeInfo, QuotaSpec, parse_job_spec
-from harness.specs import digits_spec
+from bench.harness.specs import digits_spec
 from service.runtime import Runtime
 from service.scheduling import admission, queue
 from service.tenancy import quotas

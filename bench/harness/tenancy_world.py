@@ -17,10 +17,10 @@ import httpx
 from sqlalchemy import update
 
 from api.schemas import parse_job_spec
-from harness.code_attacks import package
-from harness.jobstore import dead_ray, job_service
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.code_attacks import package
+from bench.harness.jobstore import dead_ray, job_service
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow
 from service.runtime import Runtime

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from harness import download_attacks
-from harness.code_attacks import package
-from harness.jobstore import set_columns
-from harness.tenancy_world import World
+from bench.harness import download_attacks
+from bench.harness.code_attacks import package
+from bench.harness.jobstore import set_columns
+from bench.harness.tenancy_world import World
 
 MAX_STREAMS, MAX_UPLOADS, MAX_DOWNLOADS = 8, 4, 4  # shares at the defaults: a project half, a user a quarter
 CAPS_ENV = {

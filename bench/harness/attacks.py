@@ -15,9 +15,9 @@ import httpx
 from sqlalchemy import insert
 
 from api.schemas.events import SUBMISSION_HEADER
-from harness.jobstore import dead_ray, job_service, set_columns, submit
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.event_models import MetricRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
 from service.events.tokens import token_hash

@@ -12,11 +12,11 @@ import httpx
 from sqlalchemy import func, select
 
 from api.schemas import parse_job_spec
-from harness.attacks import SEARCH, SID, TOKEN, Target
-from harness.jobstore import dead_ray, set_columns
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
-from harness.waiting import wait_for
+from bench.harness.attacks import SEARCH, SID, TOKEN, Target
+from bench.harness.jobstore import dead_ray, set_columns
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import TrialMetricRow

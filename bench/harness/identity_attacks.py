@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from harness.jobstore import dead_ray
-from harness.servers import ServerProcess
-from harness.specs import digits_spec
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 
 
 @dataclass
