@@ -14,7 +14,7 @@ import httpx
 
 from service.cluster.local_cluster import free_ports
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:
