@@ -22,6 +22,7 @@ from api.client import Client
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
 from tests.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+from tests.object_store import NODE_ENV, s3_env, s3_server, storage_base  # noqa: F401  (fixtures: local and S3 storage)
 from tests.servers import ServerProcess
 
 CLUSTER_CPUS = 4
@@ -73,6 +74,7 @@ def ray_head(tmp_path_factory) -> LocalHead:
         num_cpus=CLUSTER_CPUS,
         auth_token_path=session_token_path(),
         extra_args=[f"--resources={json.dumps(SESSION_RESOURCES)}"],
+        env=NODE_ENV,  # credentials of the suite's S3 endpoint, as every node of a cluster on S3 holds its own
     )
     yield head
     head.stop()
