@@ -37,7 +37,7 @@ BUCKET = "raydock-test"
 # session holds in its environment, as a real cluster's nodes hold theirs.
 NODE_ENV = {
     "AWS_ACCESS_KEY_ID": "raydock-test",
-    "AWS_SECRET_ACCESS_KEY": "raydock-test",
+    "AWS_SECRET_ACCESS_KEY": "raydock-test-secret",
     "AWS_EC2_METADATA_DISABLED": "true",  # no instance-metadata lookups on a machine without one
 }
 

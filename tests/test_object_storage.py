@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from api import object_store
 from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
@@ -22,6 +23,7 @@ from service.db.models import utcnow
 from service.files import storage
 from service.retention import Policy, Retention
 from service.scheduling.preemption import marker_name, marker_uri
+from service.settings import Settings
 from tests.attacks import start_target
 from tests.download_attacks import download_path
 from tests.jobstore import job_service, set_columns, submit
@@ -34,6 +36,21 @@ def service(storage_base, tmp_path):
     svc = job_service(f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "data", storage_path=storage_base)
     yield svc
     svc.sessions.kw["bind"].dispose()
+
+
+def test_the_driver_is_handed_the_endpoint_and_region_only_for_an_object_store(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://10.0.0.5:9000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never-handed-on")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    on_s3 = Settings(storage={"storage_path": "s3://bucket/prefix"}).storage.object_store_env
+    local = Settings(storage={"storage_path": "/srv/storage"}).storage.object_store_env
+    assert on_s3 == {"AWS_ENDPOINT_URL_S3": "http://10.0.0.5:9000", "AWS_REGION": "eu-west-1"}
+    assert local == {}
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://user:secret@10.0.0.5:9000")  # would show in Ray's job list
+    with pytest.raises(ValidationError) as refused:
+        Settings()
+    assert "AWS_ENDPOINT_URL_S3" in str(refused.value)
 
 
 def read(uri: str) -> bytes:
