@@ -108,9 +108,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         sessions,
         backend,
         attempts=Attempts(settings, sessions, backend, code, store_id(sessions)),
-        queue=QueueKeeper(
-            sessions, backend, ACTIVE, settings.scheduling.default_quota, settings.scheduling.fair_share_half_life_s
-        ),
+        queue=QueueKeeper(sessions, backend, ACTIVE, settings.scheduling.default_quota, settings.scheduling.fair_share_half_life_s),
         preemptions=Preemptions(sessions, storage_path, settings.scheduling.preemption_grace_s),
         tails=LogTails(backend, ingest),
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field
 
+from api import object_store
 from service.settings.section import Section
 
 
@@ -78,7 +79,7 @@ class StorageSettings(Section):
     def object_store_env(self) -> dict[str, str]:
         """What a job's driver needs to reach an object store the way the server does:
         the endpoint and region it was given (nothing for local storage, nothing secret)."""
-        if "://" not in self.resolved_storage_path or self.resolved_storage_path.startswith("file://"):
+        if object_store.is_local(self.resolved_storage_path):
             return {}
         env = {"AWS_ENDPOINT_URL_S3": self.storage_endpoint} if self.storage_endpoint else {}
         return env | ({"AWS_REGION": self.storage_region} if self.storage_region else {})
