@@ -254,6 +254,9 @@ class Attempts:
             "PYTHONUNBUFFERED": "1",
             WARM_IDLE_ENV: str(self.settings.startup.warm_idle_s),  # read by a cold driver that starts the pool
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
+            # An object store's endpoint and region (never a credential): without them the
+            # driver's pyarrow asks AWS's public host where the bucket is.
+            **self.settings.storage.object_store_env,
         }
 
     def confirm(self, job_id: str, sid: str, attempt: int, sent: float | None = None) -> None:

@@ -23,6 +23,7 @@ from bench.harness.databases import database_url, postgres_server  # noqa: F401 
 from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.support.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
+from tests.support.object_store import NODE_ENV, s3_env, s3_server, storage_base  # noqa: F401  (fixtures: local and S3 storage)
 from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path
 
 # A test that takes one of these needs the session's Ray head: it is marked ``slow``, so
@@ -64,6 +65,7 @@ def ray_head(tmp_path_factory) -> LocalHead:
         num_cpus=CLUSTER_CPUS,
         auth_token_path=session_token_path(),
         extra_args=[f"--resources={json.dumps(SESSION_RESOURCES)}"],
+        env=NODE_ENV,  # credentials of the suite's S3 endpoint, as every node of a cluster on S3 holds its own
     )
     yield head
     head.stop()

@@ -23,6 +23,7 @@ from typing import Any
 
 from ray.train import UserCallback
 
+from api import object_store
 from api.schemas import CheckpointEvent, MetricEvent, WorkerFailureEvent, WorkerGroupEvent, WorkerNode
 from trainers import events, phases
 from trainers.launch import read_launch
@@ -41,7 +42,9 @@ class ReportEvents(UserCallback):
         m = events.sendable_metrics(metrics[0] if metrics else {})
         events.emit(MetricEvent(type="metric", seq=self.seq, metrics=m), self.channel)
         if checkpoint is not None:
-            events.emit(CheckpointEvent(type="checkpoint", seq=self.seq, path=checkpoint.path, metrics=m), self.channel)
+            # On an object store Ray names the checkpoint by its path there (bucket/key): the URI says which store.
+            path = object_store.uri_of(checkpoint.filesystem, checkpoint.path)
+            events.emit(CheckpointEvent(type="checkpoint", seq=self.seq, path=path, metrics=m), self.channel)
         self.seq += 1
 
     def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from api import object_store
 from api.cluster_contract import (
     EVENTS_TOKEN_ENV,
     EVENTS_URL_ENV,
@@ -86,9 +87,7 @@ def _delete_uri(uri: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(uri.removeprefix("file://"))
         return
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = object_store.filesystem(uri)
     with contextlib.suppress(FileNotFoundError, OSError):
         fs.delete_file(path)
 
@@ -97,9 +96,7 @@ def _read_uri(uri: str) -> bytes:
     if "://" not in uri or uri.startswith("file://"):
         with open(uri.removeprefix("file://"), "rb") as f:
             return f.read()
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = object_store.filesystem(uri)
     with fs.open_input_stream(path) as f:
         return f.read()
 

@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from api import object_store
 from api.cluster_contract import PREEMPT_URI_ENV
 
 CHECK_EVERY_S = 1.0  # how often the workers agree whether a preemption was asked
@@ -32,7 +33,7 @@ def marker_exists(uri: str) -> bool:
         return os.path.exists(uri.removeprefix("file://"))
     import pyarrow.fs as pafs
 
-    fs, path = pafs.FileSystem.from_uri(uri)
+    fs, path = object_store.filesystem(uri)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 

@@ -10,6 +10,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.tune.schedulers.pb2 import PB2
 
+from api import object_store
 from tuning.search_events import SearchEvents
 
 
@@ -62,8 +63,14 @@ class _RecordsExploits:
             old_config=old_config,
             donor_config=dict(trial_to_clone.config),
             new_config=dict(trial.config),
-            checkpoint_path=getattr(checkpoint, "path", None),
+            checkpoint_path=_uri(checkpoint),
         )
+
+
+def _uri(checkpoint: Any) -> str | None:
+    """The donor's checkpoint as a URI (on an object store Ray names it by bucket/key)."""
+    path = getattr(checkpoint, "path", None)
+    return object_store.uri_of(getattr(checkpoint, "filesystem", None), path) if path else None
 
 
 class RecordingPBT(_RecordsExploits, PopulationBasedTraining):

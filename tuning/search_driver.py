@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 
+from api import object_store
 from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec, jsonable
 from trainers import events, phases
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
@@ -93,8 +94,9 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
     checkpoint = _best_checkpoint(results, best["trial_id"], spec)
     summary = events.sendable_metrics({**best["metrics"], "trial_id": best["trial_id"]})
     if checkpoint is not None:
-        events.emit(CheckpointEvent(type="checkpoint", seq=0, path=checkpoint.path, metrics=summary))
-    out.best_trial(checkpoint.path if checkpoint else None)
+        path = object_store.uri_of(checkpoint.filesystem, checkpoint.path)
+        events.emit(CheckpointEvent(type="checkpoint", seq=0, path=path, metrics=summary))
+    out.best_trial(object_store.uri_of(checkpoint.filesystem, checkpoint.path) if checkpoint else None)
     events.flush()
     return 0
 
@@ -111,10 +113,8 @@ def _best_checkpoint(results, trial_id: str, spec: TuneSpec) -> Any:
 def _drop_trial_runs(storage_path: str, job_id: str) -> None:
     """The trials' own Train runs: Tune copied every checkpoint they reported into the
     trial directories, so once the search ended these only double its storage."""
-    from pyarrow.fs import FileSystem
-
     try:
-        fs, root = FileSystem.from_uri(trial_runs_path(storage_path, job_id))
+        fs, root = object_store.filesystem(trial_runs_path(storage_path, job_id))
         fs.delete_dir(root)
     except (OSError, ValueError):
         pass  # nothing there, or storage we cannot delete from: job deletion removes it

@@ -23,10 +23,12 @@ def dead_ray() -> str:
     return f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
 
 
-def job_service(database_url: str, data_dir: Path) -> Runtime:
-    """Every part of a server over this store, none of its background units started."""
+def job_service(database_url: str, data_dir: Path, storage_path: str | None = None) -> Runtime:
+    """Every part of a server over this store, none of its background units started
+    (storage in ``data_dir`` unless ``storage_path`` names another, e.g. an S3 prefix)."""
     address = dead_ray()
-    settings = Settings(storage={"data_dir": data_dir, "database_url": database_url}, cluster={"ray_address": address})
+    where = {"data_dir": data_dir, "database_url": database_url, "storage_path": storage_path}
+    settings = Settings(storage=where, cluster={"ray_address": address})
     return compose(settings, make_sessionmaker(make_engine(database_url)), RayBackend(address, timeout_s=2))
 
 

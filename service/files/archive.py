@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
+from api import object_store
 from service.files import localfs, storage
 
 log = logging.getLogger("raydock.archive")
@@ -107,7 +108,7 @@ def _open_checkpoint(prefix: str, relative: str) -> int:
 
 
 def _remote_members(uri: str) -> Iterator[Member]:
-    fs, root = pafs.FileSystem.from_uri(uri)
+    fs, root = object_store.filesystem(uri)
     for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
         if info.type == pafs.FileType.File:
             mtime = info.mtime.timestamp() if info.mtime else 0

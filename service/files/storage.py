@@ -2,7 +2,10 @@
 
 Every job owns one prefix, ``<storage>/<job id>``; what it reports (checkpoint paths,
 results) is accepted only inside it and outside its ``_raydock`` folder (``owned``), and
-read back only from there.
+read back only from there. On an object store a key is a string: what the server writes
+or deletes below a prefix is named by a bounded key with no ``..`` step
+(``api.object_store.key_parts``), so it stays under that prefix. The filesystem (endpoint,
+region, credentials) is built in one place, ``api.object_store.filesystem``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,24 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
+from api import object_store
 from service.files import localfs, nofollow
 
 LAUNCH_DIR = "_raydock"  # under a job's prefix: what the server hands each attempt's driver
 
 
 def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
-    return pafs.FileSystem.from_uri(uri)
+    return object_store.filesystem(uri)
+
+
+def _key(relative: str) -> str:
+    """``relative`` as a key below a prefix, on either backend: bounded, no ``..`` step (PermissionError)."""
+    return "/".join(object_store.key_parts(relative))
+
+
+def _below(prefix: str, relative: str) -> tuple[pafs.FileSystem, str]:
+    """The object-store path of ``relative`` (a checked key) under ``prefix``."""
+    return _resolve(join(prefix.rstrip("/"), relative))
 
 
 def join(base: str, *parts: str) -> str:
@@ -31,7 +45,7 @@ def job_prefix(base: str, job_id: str) -> str:
 
 
 def is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
+    return object_store.is_local(uri)
 
 
 def local_path(uri: str) -> str:
@@ -97,11 +111,12 @@ def write_private(prefix: str, relative: str, data: bytes) -> None:
     where the filesystem has modes). Locally nothing on the way below the prefix's parent
     (the server's) is followed: a link a job planted at the prefix, at a folder or at the
     file itself is replaced, never written through (service/files/nofollow.py)."""
+    relative = _key(relative)
     if is_local(prefix):
         parent, name = _split_prefix(prefix)
         nofollow.write_file_nofollow(parent, f"{name}/{relative}", data, 0o600)
         return
-    fs, path = _resolve(join(prefix, relative))
+    fs, path = _below(prefix, relative)
     fs.create_dir(posixpath.dirname(path), recursive=True)
     with fs.open_output_stream(path) as f:
         f.write(data)
@@ -111,11 +126,12 @@ def remove(prefix: str, relative: str = "") -> None:
     """Delete ``relative`` under ``prefix`` (a file or a tree), or the whole prefix when
     ``relative`` is empty. Locally no link is followed, on the way or inside: a link in
     place of what is deleted goes itself, never what it points at."""
+    relative = _key(relative) if relative else ""
     if is_local(prefix):
         parent, name = _split_prefix(prefix)
         nofollow.remove_nofollow(parent, f"{name}/{relative}" if relative else name)
         return
-    fs, path = _resolve(join(prefix, relative) if relative else prefix)
+    fs, path = _below(prefix, relative) if relative else _resolve(prefix)
     kind = fs.get_file_info(path).type
     if kind == pafs.FileType.Directory:
         fs.delete_dir(path)
@@ -127,12 +143,13 @@ def put_file(local_path: str, prefix: str, relative: str) -> None:
     """Store a local file at ``relative`` under ``prefix`` whole or not at all: a local
     target is written next to it and renamed (no link followed, as ``write_private``), an
     object store's upload becomes visible only when complete."""
+    relative = _key(relative)
     if is_local(prefix):
         parent, name = _split_prefix(prefix)
         with open(local_path, "rb") as src:
             nofollow.write_file_nofollow(parent, f"{name}/{relative}", src, 0o600)
         return
-    fs, path = _resolve(join(prefix, relative))
+    fs, path = _below(prefix, relative)
     fs.create_dir(posixpath.dirname(path), recursive=True)
     with open(local_path, "rb") as src, fs.open_output_stream(path) as dst:
         while chunk := src.read(1 << 20):

@@ -7,8 +7,9 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
+from api import object_store
 from service.settings.section import Section
 
 
@@ -19,6 +20,23 @@ class StorageSettings(Section):
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in data_dir when unset.")
     storage_path: str | None = Field(
         default=None, description="Checkpoint storage: a directory or a pyarrow URI (s3://...)."
+    )
+    # Read where pyarrow and boto read them; the server's own pyarrow reads them too. Handed
+    # to each job's driver (and so its workers) when storage is an object store: the
+    # endpoint and region only, never a credential (every node has its own).
+    storage_endpoint: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^@\s/]+(/[^@\s]*)?$",
+        validation_alias=AliasChoices("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+        description="The S3 endpoint (http(s)://host:port, no credentials in it), as AWS's SDKs read it.",
+    )
+    storage_region: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9-]+$",
+        validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"),
+        description="The S3 region, as AWS's SDKs read it.",
     )
 
     def prepare_data_dir(self) -> None:
@@ -56,6 +74,15 @@ class StorageSettings(Section):
     @cached_property
     def resolved_storage_path(self) -> str:
         return self.storage_path or str((self.data_dir / "storage").resolve())
+
+    @property
+    def object_store_env(self) -> dict[str, str]:
+        """What a job's driver needs to reach an object store the way the server does:
+        the endpoint and region it was given (nothing for local storage, nothing secret)."""
+        if object_store.is_local(self.resolved_storage_path):
+            return {}
+        env = {"AWS_ENDPOINT_URL_S3": self.storage_endpoint} if self.storage_endpoint else {}
+        return env | ({"AWS_REGION": self.storage_region} if self.storage_region else {})
 
 
 class RetentionSettings(Section):
