@@ -8,6 +8,9 @@ store: two holders in this process, no Ray)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
 import time
 
 import pytest
@@ -149,3 +152,18 @@ def test_each_unit_runs_on_one_runner_and_moves_at_a_graceful_stop(database_url)
     assert running == {"a": sorted([*UNITS, "warm-pool"]), "b": sorted([*UNITS, "warm-pool"])}
     assert fences["a"] == {1} and fences["b"] == {2}  # b ran the monitor under the next token
     assert Leases(engine, ttl_s=60.0, holder="host/c/x").claim(UNITS).keys() == set(UNITS)  # b released at its stop
+
+
+def test_on_sqlite_a_restarted_server_takes_its_dead_predecessors_leases_at_once(tmp_path):
+    """SQLite is one process: leases left by a process of this host that is gone are taken
+    without waiting out their TTL (a server restarted after a crash runs its units at once);
+    a live process's are not."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid names a process that is gone
+    host = socket.gethostname()
+    assert set(Leases(engine, ttl_s=3600.0, holder=f"{host}/{ended.pid}/old").claim(UNITS[1:])) == set(UNITS[1:])
+    live = f"{host}/{os.getpid()}/other"  # this process: alive
+    assert set(Leases(engine, ttl_s=3600.0, holder=live).claim(UNITS[:1])) == set(UNITS[:1])
+    fresh = Leases(engine, ttl_s=3600.0, holder=f"{host}/{os.getpid()}/new")
+    assert set(fresh.claim(UNITS)) == set(UNITS[1:])  # the dead holder's, not the live one's

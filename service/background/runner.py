@@ -6,9 +6,10 @@ each run the runner reports it through ``observe(name, ok, seconds)``, which the
 composition root points at the /metrics counters.
 
 Given ``leases`` (the store's, service/db/leases.py), ``start_all`` runs a leased unit only
-while this replica holds its lease: a keeper claims them every quarter of the TTL, starts
-what it took, stops what it lost (or could not renew in time), and ``stop_all`` releases
-them all at once so another replica takes them at its next claim."""
+while this replica holds its lease: a keeper claims them every quarter of the TTL (every
+second while it lacks some), starts what it took, stops what it lost (or could not renew in
+time), and ``stop_all`` releases them all at once so another replica takes them at its next
+claim."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from service.background.periodic import Periodic
 log = logging.getLogger("raydock.background")
 
 STOP_WAIT_S = 15.0  # a unit on its own thread is waited for this long at stop
-RENEWS_PER_TTL = 4  # leases are claimed this often per TTL: a dead holder's are taken within 1.25 TTL
+RENEWS_PER_TTL = 4  # a holder renews its leases this often per TTL
+WAITING_EVERY_S = 1.0  # a replica without every lease claims this often: a dead holder's are taken within TTL + 1 s
 
 
 class Leases(Protocol):
@@ -133,7 +135,8 @@ class Runner:
                 log.exception("could not release this replica's leases; they expire after %gs", self.leases.ttl_s)
 
     async def _keep(self, leases: Leases) -> None:
-        """Claim the leased units' leases every TTL/RENEWS_PER_TTL and run what is held."""
+        """Claim the leased units' leases (every TTL/RENEWS_PER_TTL, or WAITING_EVERY_S while
+        some are another's) and run what is held."""
         leased = [u for u in self.units() if u.leased]
         names = [u.name for u in leased]
         held_until = float("-inf")  # monotonic: past it, a lease not renewed may be another's
@@ -148,7 +151,9 @@ class Runner:
                 held_until = asked + leases.ttl_s
             if held is not None:
                 await self._follow(leased, held)
-            await asyncio.sleep(leases.ttl_s / RENEWS_PER_TTL)
+            # A replica short of some unit asks at least every second: a freed lease is taken at once.
+            every = leases.ttl_s / RENEWS_PER_TTL
+            await asyncio.sleep(every if held is not None and len(held) == len(names) else min(every, WAITING_EVERY_S))
 
     async def _follow(self, leased: list[Periodic], held: dict[str, object]) -> None:
         """Start the units whose leases are held, stop the others (and any held under an older fence)."""

@@ -15,6 +15,7 @@ class ReplicaSettings(Section):
         le=600,
         description=(
             "How long a replica's lease on a background unit lasts unrenewed. Holders renew every quarter of it; "
-            "another replica takes a dead holder's units within 1.25x this (15 s by default)."
+            "another replica takes a dead holder's units within this plus 1 s (13 s by default), and a stopped "
+            "one's within 1 s."
         ),
     )
