@@ -154,10 +154,10 @@ def test_each_unit_runs_on_one_runner_and_moves_at_a_graceful_stop(database_url)
     assert Leases(engine, ttl_s=60.0, holder="host/c/x").claim(UNITS).keys() == set(UNITS)  # b released at its stop
 
 
-def test_on_sqlite_a_restarted_server_takes_its_dead_predecessors_leases_at_once(tmp_path):
+def test_on_sqlite_a_restarted_server_takes_its_dead_predecessors_leases_at_once(tmp_path, caplog):
     """SQLite is one process: leases left by a process of this host that is gone are taken
     without waiting out their TTL (a server restarted after a crash runs its units at once);
-    a live process's are not."""
+    a live process's are not, and the server is told that replicas need PostgreSQL."""
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     ended = subprocess.Popen(["true"])
     ended.wait()  # its pid names a process that is gone
@@ -167,3 +167,4 @@ def test_on_sqlite_a_restarted_server_takes_its_dead_predecessors_leases_at_once
     assert set(Leases(engine, ttl_s=3600.0, holder=live).claim(UNITS[:1])) == set(UNITS[:1])
     fresh = Leases(engine, ttl_s=3600.0, holder=f"{host}/{os.getpid()}/new")
     assert set(fresh.claim(UNITS)) == set(UNITS[1:])  # the dead holder's, not the live one's
+    assert "replicas need PostgreSQL" in caplog.text

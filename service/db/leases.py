@@ -9,7 +9,8 @@ take-over waits for the write, or the write sees the take-over and is refused
 (``LeaseLost``). Expiry is decided on the database's clock, never a host's.
 
 SQLite is one process: a lease held there by a process of this host that no longer exists
-is taken at once, so a restarted server does not wait a TTL for its own leases."""
+is taken at once, so a restarted server does not wait a TTL for its own leases, and a second
+live server on the same SQLite file is told (once, in its log) that replicas need PostgreSQL."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class Leases:
         self.holder = (holder or replica_id())[:REPLICA_ID_CHARS]
         self.dialect = engine.dialect.name
         self._known: set[str] = set()
+        self._told = False  # a second server on SQLite is said once
 
     def claim(self, names: list[str]) -> dict[str, Fence]:
         """Take or renew what is free, expired or ours among ``names``: the fences held now."""
@@ -107,6 +109,13 @@ class Leases:
             _insert_missing(c, self.dialect, ReplicaRow, {"id": self.holder, "started_at": now, "seen_at": now})
             c.execute(update(ReplicaRow).where(ReplicaRow.id == self.holder).values(seen_at=now))
             c.execute(delete(ReplicaRow).where(ReplicaRow.seen_at < now - FORGET_REPLICA_S))
+        if self.dialect == "sqlite" and len(rows) < len(names) and not self._told:
+            self._told = True
+            log.warning(
+                "another raydock server holds background units on this SQLite store: SQLite is for one server "
+                "process; replicas need PostgreSQL (RAYDOCK_DATABASE_URL=postgresql+psycopg://...). This one runs "
+                "only the units it holds."
+            )
         return {name: Fence(name, self.holder, token) for name, token in rows}
 
     def release(self) -> None:
