@@ -114,7 +114,10 @@ class Monitor:
         """One pass; ``fence``: the monitor's lease this pass runs under (service/db/leases.py),
         which the attempts it starts prove in the transactions that admit and start them."""
         with self._passes:
-            self._tick(fence)
+            try:
+                self._tick(fence)
+            except LeaseLost as exc:  # paused past its lease: the new holder's pass does this one's work
+                log.warning("this replica no longer runs the monitor: %s", exc)
 
     def _tick(self, fence: Fence | None) -> None:
         with self.sessions() as s:
@@ -137,11 +140,11 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        admitted = self.queue.admit()
+        admitted = self.queue.admit(fence)
         for job_id in admitted.start:
             self._dispatch(job_id, fence)
         if (preempt := admitted.preempt) is not None:
-            self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project)
+            self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project, fence)
 
     def account(self) -> None:
         """Count the running attempts' usage up to now and add what was counted to the

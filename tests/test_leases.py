@@ -16,14 +16,15 @@ import time
 import pytest
 from sqlalchemy import select
 
-from api.schemas import JobStatus
+from api.schemas import FailureCause, JobStatus
 from service.background.periodic import Periodic
 from service.background.runner import Runner
 from service.db.engine import make_engine
 from service.db.eventlog_models import EventLogRow
 from service.db.leases import LeaseLost, Leases
 from service.db.models import JobRow
-from tests.jobstore import job_service, submit
+from service.scheduling.admission import Failure
+from tests.jobstore import job_service, set_columns, submit
 
 UNITS = ["monitor", "usage", "webhooks"]
 
@@ -95,6 +96,30 @@ def test_a_replica_that_lost_the_monitor_admits_and_starts_nothing(database_url,
     with b_side.sessions() as s:
         job = s.get(JobRow, job_id)
         assert (job.status, job.ray_job_id, job.attempt) == (JobStatus.STARTING.value, prepared.submission_id, 1)
+
+
+def test_a_replica_that_lost_the_monitor_preempts_and_fails_nothing(database_url, tmp_path):
+    """The monitor's other decisions are fenced too: preempting a borrowed job and failing
+    a waiting one (past its deadline, never fitting) are refused under a lost lease."""
+    a_side = job_service(database_url, tmp_path / "a")
+    running, waiting = submit(a_side), submit(a_side)
+    set_columns(a_side, running, status=JobStatus.RUNNING.value, attempt=1, ray_job_id="raydock-x-1")
+    engine = a_side.sessions.kw["bind"]
+    fence_a = Leases(engine, ttl_s=0.05, holder="host-a/1/aa").claim(["monitor"])["monitor"]
+    fence_b = _taken(Leases(engine, ttl_s=60.0, holder="host-b/2/bb"), ["monitor"])["monitor"]
+    late = Failure(waiting, FailureCause.NO_RESOURCES, "can never fit the cluster", "too big")
+
+    with pytest.raises(LeaseLost):
+        a_side.monitor.preemptions.preempt([running], waiting, "default", fence_a)
+    with pytest.raises(LeaseLost):
+        a_side.monitor.queue.fail_queued([late], fence_a)
+    with a_side.sessions() as s:
+        assert (s.get(JobRow, running).status, s.get(JobRow, waiting).status) == ("RUNNING", "QUEUED")
+
+    assert a_side.monitor.preemptions.preempt([running], waiting, "default", fence_b) == [running]
+    a_side.monitor.queue.fail_queued([late], fence_b)
+    with a_side.sessions() as s:
+        assert (s.get(JobRow, running).status, s.get(JobRow, waiting).status) == ("PREEMPTED", "FAILED")
 
 
 def test_each_unit_runs_on_one_runner_and_moves_at_a_graceful_stop(database_url):
