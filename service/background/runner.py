@@ -72,6 +72,7 @@ class Runner:
         self._units: dict[str, Periodic] = {}
         self._running: dict[str, asyncio.Task | _Thread] = {}
         self._keeper: asyncio.Task | None = None
+        self._claim: asyncio.Future | None = None  # the keeper's claim under way
 
     def add(self, unit: Periodic) -> Periodic:
         """Known to the runner, not yet started."""
@@ -126,6 +127,9 @@ class Runner:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
+            if self._claim is not None:
+                with contextlib.suppress(Exception):  # its failure was the keeper's to log
+                    await self._claim
         for unit in reversed(self.units()):
             await self.stop(unit)
         if keeper is not None:
@@ -143,7 +147,9 @@ class Runner:
         while True:
             asked = time.monotonic()
             try:
-                held = await asyncio.to_thread(leases.claim, names)
+                # Shielded: a stop waits for it, so no claim commits after the release.
+                self._claim = asyncio.ensure_future(asyncio.to_thread(leases.claim, names))
+                held = await asyncio.shield(self._claim)
             except Exception:  # noqa: BLE001 - the store may be back at the next claim
                 log.exception("could not claim the background units' leases")
                 held = None if asked < held_until else {}
