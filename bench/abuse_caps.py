@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse_caps
 
 Starts its own servers (real HTTP, SQLite, no Ray: jobs are put RUNNING in the store,
-``tests/caps_attacks.py``) with the default shares (a project half of each cap, a user a
+``harness/caps_attacks.py``) with the default shares (a project half of each cap, a user a
 quarter) and prints one row per figure, ``what | figure | bound | ok/FAIL``:
 
 - streams one viewer holds when it opens as many as the server has, a second user of its
@@ -30,9 +30,9 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests import attacks, caps_attacks
-from tests.code_attacks import package
-from tests.tenancy_world import start_world
+from bench.harness import attacks, caps_attacks
+from bench.harness.code_attacks import package
+from bench.harness.tenancy_world import start_world
 
 STREAMS, UPLOADS = 64, 8
 ENV = {

@@ -5,7 +5,7 @@
 Unlike the other abuse benches this one needs Ray: it starts a Ray head of its own (on
 free ports, token auth) and a server on it, then has a job create actors named like the
 warm pool's (``raydock-warm-<anything>``, and the node's exact name when no pool holds
-it), each logging megabytes (tests/warm_pool_attacks.py). One row per figure,
+it), each logging megabytes (harness/warm_pool_attacks.py). One row per figure,
 ``what | figure | bound | ok/FAIL``:
 
 - entries ``GET /v1/cluster`` lists beside the live nodes (one per look-alike before);
@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
+from bench.harness.servers import ServerProcess
+from bench.harness.warm_pool_attacks import log_figures, squat, unsquat
 from service.cluster.local_cluster import ensure_token, start_head
 from service.cluster.warm_pool import MAX_LOG_BYTES
-from tests.servers import ServerProcess
-from tests.warm_pool_attacks import log_figures, squat, unsquat
 
 LOOKALIKES = 20
 MIB_EACH = 8

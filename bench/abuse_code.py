@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse_code
 
 Starts its own servers (real HTTP, SQLite, no Ray: jobs stay QUEUED, and an attempt is
-started in this process the way the server starts one, ``tests/code_attacks.py``) and
+started in this process the way the server starts one, ``harness/code_attacks.py``) and
 prints one row per figure, ``what | figure | bound | ok/FAIL``:
 
 - the server's peak memory over a 94 MiB upload whose zip64 central directory claims
@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests import attacks, code_attacks
-from tests.code_attacks import INSTALLER_ATTACKS, job
+from bench.harness import attacks, code_attacks
+from bench.harness.code_attacks import INSTALLER_ATTACKS, job
 
 
 def huge_directory(root: Path) -> None:

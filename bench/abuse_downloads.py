@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse_downloads
 
 Starts its own servers (real HTTP, SQLite, no Ray: the job and its checkpoint are put in
-place, ``tests/download_attacks.py``) and prints one row per figure,
+place, ``harness/download_attacks.py``) and prints one row per figure,
 ``what | figure | bound | ok/FAIL``:
 
 - 200 connections ask for a 32 MiB checkpoint and read nothing (M7): how many are
@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from tests import download_attacks as attacks
+from bench.harness import download_attacks as attacks
 
 LIMIT = 8  # RAYDOCK_MAX_CONCURRENT_DOWNLOADS's default
 SEND_TIMEOUT_S = 12

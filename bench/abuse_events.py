@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse_events
 
 Starts its own servers (real HTTP, SQLite, no Ray: the attacked jobs are put RUNNING in
-the store with an events token the attacker holds, ``tests/attacks.py``) and prints one
+the store with an events token the attacker holds, ``harness/attacks.py``) and prints one
 row per figure, ``what | figure | bound | ok/FAIL``:
 
 - the size of a list page (GET /v1/jobs?limit=50) after 18,000 worker_failure events
@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests import attacks
+from bench.harness import attacks
 
 
 def worker_failure_flood(root: Path) -> None:

@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests import attacks, http_attacks
-from tests.jobstore import job_service, set_columns, submit
-from tests.servers import ServerProcess
+from bench.harness import attacks, http_attacks
+from bench.harness.jobstore import job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
 
 
 def slowloris(root: Path) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from tests.identity_attacks import (
+from bench.harness.identity_attacks import (
     lifetime_days,
     local_mode_after_users_left,
     mint,
@@ -33,7 +33,7 @@ from tests.identity_attacks import (
     start_local,
     take_the_admin_name,
 )
-from tests.tenancy_world import start_world
+from bench.harness.tenancy_world import start_world
 
 CHAIN = 10  # tokens minted one from the other
 KEYS = 50  # Idempotency-Keys the first project uses, then the second

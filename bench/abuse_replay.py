@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.abuse_replay
 
 Starts its own server (real HTTP, SQLite, no Ray: the search is put RUNNING in the store
-with an events token the attacker holds, ``tests/attacks.py``), pushes a chain of clones
+with an events token the attacker holds, ``harness/attacks.py``), pushes a chain of clones
 (t0 cloned t1, which cloned t2, ...) and asks for GET /v1/jobs/{id}/best/replay. Prints
 one row per figure, ``what | figure | bound | ok/FAIL``:
 
@@ -19,8 +19,8 @@ from functools import partial
 from pathlib import Path
 
 from bench.figures import row, run_attacks
+from bench.harness import attacks
 from service.events.reads.replay import MAX_LINEAGE
-from tests import attacks
 
 BOUND_S = 10.0
 

@@ -4,7 +4,7 @@
 
 No Ray and no server process: the server's own storage calls (``service/files/storage.py``, on
 ``service/files/nofollow.py``) on a real filesystem, with what a job could plant in its
-prefix (tests/write_attacks.py). Prints one row per figure, ``what | figure | bound | ok/FAIL``:
+prefix (harness/write_attacks.py). Prints one row per figure, ``what | figure | bound | ok/FAIL``:
 
 - every plant (a link at the prefix, at ``_raydock/``, at the file; a hard link; a
   directory) under a launch file, a preemption marker and a code package: outside files
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
+from bench.harness.write_attacks import DB_BYTES, PLANTS, deep_chain, plant, tree
 from service.files import storage
-from tests.write_attacks import DB_BYTES, PLANTS, deep_chain, plant, tree
 
 # What the server writes, as (the job prefix below the storage path, or "" for the storage
 # path itself, which is the server's: no plant there), and the file's path below it.

@@ -27,14 +27,14 @@ import httpx
 
 from api.schemas import QuotaSpec
 from bench.figures import row, run_attacks
+from bench.harness.jobstore import dead_ray, job_service, set_columns
+from bench.harness.sched_attacks import PLACEMENT_GROUP_NAMES, WIDE, admit, cluster, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import utcnow
 from service.files import storage
 from service.scheduling import fair_share, queue
 from service.tenancy import quotas
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray, job_service, set_columns
-from tests.sched_attacks import PLACEMENT_GROUP_NAMES, WIDE, admit, cluster, submit
-from tests.servers import ServerProcess
 
 
 def wide_range_in_a_small_quota(root: Path) -> None:

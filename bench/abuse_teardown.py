@@ -13,7 +13,7 @@ download while downloads stall). This one holds the rest:
   deleted from SQLite: how many submits were answered before the delete ended, and the
   slowest of them (the delete goes in chunks, each a short write transaction).
 
-Starts its own server (real HTTP, SQLite, no Ray: ``tests/attacks.py``). Every loop is
+Starts its own server (real HTTP, SQLite, no Ray: ``harness/attacks.py``). Every loop is
 bounded. ``main()`` returns the number of rows that failed.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests import attacks
-from tests.jobstore import set_columns
+from bench.harness import attacks
+from bench.harness.jobstore import set_columns
 
 MAX_SUBMIT_MS = 1000
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from bench.figures import row, run_attacks
+from bench.harness import tracking_attacks as ta
+from bench.harness.waiting import wait_for
 from service.db.event_models import TrialMetricRow
 from service.tracking.names import trial_folder
-from tests import tracking_attacks as ta
-from tests.waiting import wait_for
 
 KEYS = 200  # series per report: as many as one report exports
 REPORTS = 800  # 160,000 scalars: past one event file's 100,000

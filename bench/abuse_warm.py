@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.abuse_warm
 
-Starts a real warm process (no Ray; tests/warm_attacks.py), plants a same-user listener
+Starts a real warm process (no Ray; harness/warm_attacks.py), plants a same-user listener
 at its socket path, and runs a real job entrypoint (``trainers.zygote.client``) against
 it. One row per figure, ``what | figure | bound | ok/FAIL``:
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.figures import row, run_attacks
-from tests.warm_attacks import plant, planted_saw, run_client, start_warm
+from bench.harness.warm_attacks import plant, planted_saw, run_client, start_warm
 from trainers.zygote.server import PATH_TAKEN
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 import httpx
 
 from bench.figures import row, run_attacks
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
-from tests.webhook_receiver import DripReceiver, Receiver
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.webhook_receiver import DripReceiver, Receiver
 
 TIMEOUT_S = 5.0
 

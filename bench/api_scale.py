@@ -2,7 +2,7 @@
 API's figures over real HTTP, side by side with their targets.
 
     .venv/bin/python -m bench.api_scale                      # SQLite, N = 10k and 100k
-    .venv/bin/python -m bench.api_scale --db postgres        # a throwaway PostgreSQL (tests/databases.py)
+    .venv/bin/python -m bench.api_scale --db postgres        # a throwaway PostgreSQL (harness/databases.py)
     .venv/bin/python -m bench.api_scale --jobs 10000 --seconds 3
     .venv/bin/python -m bench.api_scale --jobs 10000 --no-events   # the job rows alone
 
@@ -48,6 +48,8 @@ import httpx
 from sqlalchemy import event, insert, select
 
 from api.schemas import parse_job_spec
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
@@ -56,8 +58,6 @@ from service.db.models import JobLabelRow, JobRow, utcnow
 from service.runtime import compose
 from service.scheduling import queue
 from service.settings import Settings
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
 
 QUEUED = 10_000
 THREADS = 8
@@ -352,7 +352,7 @@ def main() -> None:
     args = ap.parse_args()
     pg = None
     if args.db == "postgres":
-        from tests.databases import PostgresServer
+        from bench.harness.databases import PostgresServer
 
         pg = PostgresServer()
         pg.start()

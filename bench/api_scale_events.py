@@ -32,6 +32,8 @@ from sqlalchemy import insert, update
 
 from api.schemas import parse_job_spec
 from api.schemas.events import SUBMISSION_HEADER
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
@@ -40,8 +42,6 @@ from service.db.models import JobRow
 from service.events.tokens import token_hash
 from service.runtime import compose
 from service.settings import Settings
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
 
 TOKEN = "bench-events-token"
 SID = "raydock-pushed-1-abcdef"
@@ -315,7 +315,7 @@ def main() -> None:
     args = ap.parse_args()
     pg = None
     if args.db == "postgres":
-        from tests.databases import PostgresServer
+        from bench.harness.databases import PostgresServer
 
         pg = PostgresServer()
         pg.start()

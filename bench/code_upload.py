@@ -21,9 +21,9 @@ import httpx
 
 from api.client import Client
 from api.code_package import build_package
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
 from service.cluster.local_cluster import start_head
-from tests.servers import ServerProcess
 
 FILES = int(os.environ.get("BENCH_FILES", "1000"))
 MB = int(os.environ.get("BENCH_MB", "8"))

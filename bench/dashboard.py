@@ -29,6 +29,8 @@ from sqlalchemy import insert, update
 from api.schemas import parse_job_spec
 from bench.api_scale import seed
 from bench.figures import ROWS, row
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
@@ -37,8 +39,6 @@ from service.db.models import JobRow
 from service.events import rollups
 from service.runtime import compose
 from service.settings import Settings
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
 
 CHROMIUM = os.environ.get("RAYDOCK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TARGET_S = 1.0

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.clusters import start_fake_autoscaling_head
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import _session_pids
-from tests.clusters import start_fake_autoscaling_head
-from tests.servers import ServerProcess
 
 
 class Timeline:

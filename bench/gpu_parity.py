@@ -270,8 +270,8 @@ def main() -> int:
         results[w.name] = {"direct": asdict(d)}
         print(f"direct {w.name}: {d.items_per_s:,.0f} {w.unit}s/s  mfu {d.mfu}  {d.extra}", flush=True)
     if not args.skip_job:
+        from bench.harness.servers import ServerProcess
         from service.cluster.local_cluster import start_head
-        from tests.servers import ServerProcess
 
         with tempfile.TemporaryDirectory() as tmp:
             head = start_head(Path(tmp) / "ray", num_cpus=os.cpu_count() if CUDA else 2)

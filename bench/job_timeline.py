@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 
 from api.schemas.events import PHASE_NAMES
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
 from service.cluster.local_cluster import start_head
-from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
 TARGET_S = 5.0

@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 
 from api.schemas import parse_event
+from bench.harness.servers import ServerProcess
 from bench.job_timeline import SPECS
 from service.cluster.local_cluster import start_head
-from tests.servers import ServerProcess
 
 JOBS = {"digits mlp": SPECS["builtin"], "user code": SPECS["user"]}  # the jobs bench.job_timeline times
 

@@ -27,10 +27,10 @@ import httpx
 
 from api.schemas.events import PHASE_NAMES
 from bench import workload
+from bench.harness.servers import ServerProcess
 from bench.jobs import run_job
 from service.cluster.local_cluster import SINGLE_MACHINE_ENV, free_ports, start_head
 from service.cluster.ray_backend import ray_auth_token
-from tests.servers import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 

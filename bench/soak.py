@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import _session_pids, start_head
-from tests.servers import ServerProcess
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "usercode"
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.strategies            # BENCH_STEPS=20 timed steps by default
 
 Every strategy trains the same GPT (same seed, same global batch) on 2 processes joined
-by gloo, run with ``torch.distributed`` directly (``tests/parallel/parallel_harness``),
+by gloo, run with ``torch.distributed`` directly (``harness/parallel``),
 no Ray: what is measured is the strategy, not the job service. Each strategy gets fresh
 processes so memory figures do not carry over. Per strategy, on rank 0:
 
@@ -32,7 +32,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from api.schemas import ParallelismSpec
-from tests.parallel.parallel_harness import run_workers
+from bench.harness.parallel import run_workers
 from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import build_mesh, parallelize

@@ -1,7 +1,7 @@
 """What knowing the caller costs a request: `GET /v1/jobs/{id}` over real HTTP (one
 keep-alive connection of ``http.client``) as a project member (token lookup, then the
 job's project checked) and as the server admin (token lookup only), side by side on one
-server (SQLite, no Ray; tests/tenancy_world.py builds it), alternating rounds.
+server (SQLite, no Ray; harness/tenancy_world.py builds it), alternating rounds.
 
     .venv/bin/python -m bench.tenancy_auth [--requests 2000]
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tests.tenancy_world import start_world
+from bench.harness.tenancy_world import start_world
 
 
 def timed(url: str, token: str, path: str, n: int) -> list[float]:

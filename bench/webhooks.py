@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy import update
 
 from api.schemas import JobStatus
+from bench.harness.webhook_receiver import Receiver
 from service import lifecycle
 from service.background.periodic import Periodic
 from service.background.runner import Runner
@@ -30,7 +31,6 @@ from service.db.models import JobRow, TransitionRow
 from service.eventlog.deliverer import POLL_S, Deliverer
 from service.eventlog.log import record
 from service.settings import Settings
-from tests.webhook_receiver import Receiver
 
 
 def _jobs(sessions, prefix: str, n: int) -> list[str]:

@@ -19,17 +19,16 @@ from pathlib import Path
 import pytest
 
 from api.client import Client
+from bench.harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
-from tests.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
-from tests.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
-from tests.servers import ServerProcess
+from tests.support.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
+from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path
 
-CLUSTER_CPUS = 4
 # A test that takes one of these needs the session's Ray head: it is marked ``slow``, so
 # ``pytest -m "not slow"`` runs the tests with no Ray head. Modules that start clusters
 # of their own say ``pytestmark = pytest.mark.slow``.
 RAY_FIXTURES = {"ray_head", "server", "client"}
-FIXTURES = Path(__file__).parent / "fixtures"
 _AUTH_DIR: str | None = None
 
 
@@ -58,16 +57,8 @@ def pytest_unconfigure(config) -> None:
         shutil.rmtree(_AUTH_DIR, ignore_errors=True)
 
 
-def session_token_path() -> Path:
-    return Path(os.environ["RAY_AUTH_TOKEN_PATH"])
-
-
-SESSION_RESOURCES = {"raydock_slot": 4}
-
-
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory) -> LocalHead:
-    # A custom resource, so jobs asking for one (scaling.resources_per_worker) have a node that holds it.
     head = start_head(
         tmp_path_factory.mktemp("ray"),
         num_cpus=CLUSTER_CPUS,
@@ -89,31 +80,3 @@ def server(ray_head, tmp_path_factory) -> ServerProcess:
 def client(server) -> Client:
     with Client(server.url) as c:
         yield c
-
-
-def digits_spec(**overrides) -> dict:
-    spec = {
-        "name": "digits-test",
-        "model": {"type": "mlp", "hidden_sizes": [64]},
-        "data": {"source": "digits"},
-        "optimizer": {"name": "adam", "lr": 0.01},
-        "batch_size": 64,
-        "epochs": 5,
-        "seed": 0,
-        "scaling": {"num_workers": 2},
-        "checkpoint": {"every_n_epochs": 1, "keep": 2},
-    }
-    spec.update(overrides)
-    return spec
-
-
-def user_spec(entrypoint: str, **overrides) -> dict:
-    spec = {
-        "name": "user-code",
-        "entrypoint": entrypoint,
-        "working_dir": str(FIXTURES / "usercode"),
-        "config": {},
-        "scaling": {"num_workers": 2},
-    }
-    spec.update(overrides)
-    return spec

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Debian's PostgreSQL server package when it is missing: the store, queue and
 # retention tests start a throwaway server of their own from its binaries
-# (tests/databases.py). Root uses apt-get directly, others sudo; without either it only
+# (bench/harness/databases.py). Root uses apt-get directly, others sudo; without either it only
 # says what to install, and those tests then fail saying the same.
 set -euo pipefail
 if ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then

@@ -1,13 +1,13 @@
 """Reading the autoscaler out of the dashboard's ``/api/cluster_status``
 (service/cluster/autoscaler.py), on reports recorded from Ray 2.60 clusters: a plain head (the
 read-only provider every head runs) and the fake multi-node autoscaler of
-tests/clusters.py before, during and after a scale-up."""
+bench/harness/clusters.py before, during and after a scale-up."""
 
 from __future__ import annotations
 
 from api.schemas import ClusterInfo
+from bench.harness.clusters import HEAD_TYPE, WORKER_TYPE, fake_autoscaling_config
 from service.cluster.autoscaler import addable, autoscaler_from_status
-from tests.clusters import HEAD_TYPE, WORKER_TYPE, fake_autoscaling_config
 
 HEAD_ID = "f" * 51 + "00000"
 NODE_1, NODE_2 = "f" * 51 + "00001", "f" * 51 + "00002"

@@ -1,5 +1,5 @@
 """raydock on an autoscaling cluster: Ray's fake multi-node provider on this machine
-(tests/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
+(bench/harness/clusters.py), a head with no CPUs and up to two 1-CPU worker nodes.
 
 The cluster has nothing to train on until the autoscaler adds nodes, so every job here
 needs more than is present: the submit check and the queue must count what the
@@ -7,7 +7,7 @@ autoscaler can add, the job must start, make the autoscaler add nodes, and succe
 idle nodes must then go away.
 
 One to 2.5 minutes on a busy 2-core machine, so it runs only with
-``RAYDOCK_TEST_FAKE_CLUSTER=1`` (as the fake-cluster check in tests/test_docker.py).
+``RAYDOCK_TEST_FAKE_CLUSTER=1`` (as the fake-cluster check in tests/test_docker_cluster.py).
 The parsing of the autoscaler's report is checked on every run by
 tests/test_autoscaler_report.py.
 """
@@ -20,9 +20,9 @@ import shutil
 import httpx
 import pytest
 
-from tests.clusters import WORKER_TYPE, start_fake_autoscaling_head
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from bench.harness.clusters import WORKER_TYPE, start_fake_autoscaling_head
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",

@@ -8,9 +8,11 @@ import pytest
 
 from api.client import Client
 from api.errors import CapacityExceeded, InvalidSpec, NotFound
+from bench.harness.specs import digits_spec
 from service.runtime import build_runtime
 from service.settings import Settings
-from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import user_spec
 
 
 def bad(**changes) -> dict:

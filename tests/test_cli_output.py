@@ -21,15 +21,15 @@ from typer.testing import CliRunner
 from api.client import Client, Job
 from api.errors import Conflict, InvalidSpec, NotFound, RaydockError, Unauthorized
 from api.schemas import CheckpointPublic, JobPublic
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cli import app
 from service.cli.common import console, err
 from service.cli.errors import explain
 from service.cli.listing import jobs_table
 from service.cli.status import summary
 from service.cluster.local_cluster import free_ports
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
-from tests.test_tune import BASE, search
+from tests.support.specs import BASE, search
 
 WIDTH = 80
 TOKEN = "cli-output-token"

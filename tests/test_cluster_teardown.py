@@ -1,4 +1,4 @@
-"""The suite's own guard (tests/cluster_teardown.py) against the session cluster: what a
+"""The suite's own guard (tests/support/cluster_teardown.py) against the session cluster: what a
 test leaves holding CPUs is freed at its teardown, even a driver that outlived the Ray job
 that started it (a warm driver is a child of the node's warm process, not of the entrypoint
 Ray stops)."""
@@ -10,8 +10,8 @@ import sys
 import textwrap
 import uuid
 
-from tests import cluster_teardown
-from tests.waiting import wait_for
+from bench.harness.waiting import wait_for
+from tests.support import cluster_teardown
 
 HOLDER = textwrap.dedent(
     """

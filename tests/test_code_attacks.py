@@ -21,9 +21,9 @@ import pytest
 
 from api.client import Client
 from api.schemas import FailureCause, JobStatus
-from tests import attacks, code_attacks
-from tests.code_attacks import INSTALLER_ATTACKS, job
-from tests.jobstore import set_columns
+from bench.harness import attacks, code_attacks
+from bench.harness.code_attacks import INSTALLER_ATTACKS, job
+from bench.harness.jobstore import set_columns
 
 MAX_FILES, MAX_BYTES, UPLOADS = 30, 16 * 2**20, 2
 

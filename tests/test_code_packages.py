@@ -26,9 +26,9 @@ import pytest
 from api.client import Client
 from api.code_package import TOP, build_package, package_files
 from api.errors import CodeTooLarge, InvalidSpec
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import free_ports
-from tests.servers import ServerProcess
-from tests.test_user_code_policy import IGNORE_CASES
+from tests.support.user_code import IGNORE_CASES
 
 MAX_FILES, MAX_BYTES = 30, 256 * 1024
 

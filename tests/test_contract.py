@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.schemas import MAX_LABELS, MAX_TRIALS, parse_event, parse_job_spec
-from tests.conftest import digits_spec
+from bench.harness.specs import digits_spec
 
 
 def tune_spec(**overrides) -> dict:

@@ -22,14 +22,13 @@ from typer.testing import CliRunner
 
 from api.client import Client
 from api.schemas.events import MetricEvent, StartedEvent, event_line
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
 from service.cli import app as cli
 from service.cluster.local_cluster import free_ports
 from service.db.models import JobRow, utcnow
 from service.events import logs
-from tests.conftest import user_spec
-from tests.jobstore import dead_ray, job_service, set_columns, submit
-from tests.servers import ServerProcess
-from tests.test_tune import BASE, search
+from tests.support.specs import BASE, search, user_spec
 
 pytestmark = pytest.mark.slow
 playwright_api = pytest.importorskip("playwright.sync_api")

@@ -1,5 +1,5 @@
 """Checkpoint downloads under attack, over real HTTP against a real server (SQLite, no
-Ray: ``tests/download_attacks.py`` puts the job and its checkpoint in place, and the
+Ray: ``bench/harness/download_attacks.py`` puts the job and its checkpoint in place, and the
 test then does what the job's code or a client could do)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from api.client import Client
 from api.errors import Busy
+from bench.harness import download_attacks as attacks
 from service.db.event_models import CheckpointRow
-from tests import download_attacks as attacks
 
 SEND_TIMEOUT_S = 3
 LIMIT = 8

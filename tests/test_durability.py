@@ -13,10 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from api.client import Client
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports
-from tests.conftest import CLUSTER_CPUS, user_spec
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import user_spec
 
 
 def ckpt_job(**config) -> dict:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
-from tests.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import user_spec
 
 
 def elastic(lo: int, hi: int, **scaling) -> dict:
@@ -63,7 +65,7 @@ def test_elastic_job_grows_when_cpus_free_up_and_resumes_from_checkpoint(server)
     # in start order, so the elastic job starts on the 2 left and grows at its first
     # resize check after the blocker's CPUs are free: to 4, all there is: its max of 8
     # is granted as 4, the cluster's size (admission starts it by its min).
-    # Whatever fails, both jobs are cancelled at the test's teardown (tests/cluster_teardown.py).
+    # Whatever fails, both jobs are cancelled at the test's teardown (tests/support/cluster_teardown.py).
     blocker = http.post(
         "/v1/jobs", json=user_spec("userpkg.steps:train", name="blocker", config={"steps": 100_000, "sleep_s": 0.2})
     ).json()["id"]

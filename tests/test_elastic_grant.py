@@ -15,15 +15,16 @@ from alembic.config import Config
 from sqlalchemy import text
 
 from api.schemas import QuotaSpec
+from bench.harness.jobstore import job_service, set_columns
+from bench.harness.sched_attacks import ACTIVE, WIDE, admit, cluster, submit
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.db.engine import make_engine
 from service.db.models import JobRow, utcnow
 from service.files import storage
 from service.scheduling import fair_share, queue
 from service.tenancy import quotas
-from tests.conftest import CLUSTER_CPUS, digits_spec
-from tests.jobstore import job_service, set_columns
-from tests.sched_attacks import ACTIVE, WIDE, admit, cluster, submit
-from tests.waiting import wait_for
+from tests.support.session import CLUSTER_CPUS
 
 
 @pytest.fixture()
@@ -105,7 +106,7 @@ def test_an_elastic_job_on_the_cluster_runs_at_most_its_quota_and_yields_to_a_gu
         client.create_project(project)
     client.set_quota(wide, QuotaSpec(guaranteed_cpus=1, max_cpus=2))
     client.set_quota(owner, QuotaSpec(guaranteed_cpus=CLUSTER_CPUS))
-    # Both jobs are cancelled at the test's teardown (tests/cluster_teardown.py), whatever fails.
+    # Both jobs are cancelled at the test's teardown (tests/support/cluster_teardown.py), whatever fails.
     long = dict(epochs=100_000, batch_size=16, checkpoint={"every_n_epochs": 1000})
     elastic = client.submit(digits_spec(name="wide", project=wide, scaling=WIDE, **long))
     groups = wait_for(elastic.worker_groups, 300, "its workers to start")

@@ -1,5 +1,5 @@
 """A job's events attacking the server that takes them in, over real HTTP on real SQLite
-and PostgreSQL (``tests/attacks.py``): per-job bounds on what events store, one post in
+and PostgreSQL (``bench/harness/attacks.py``): per-job bounds on what events store, one post in
 flight per job, short write transactions, chunked deletes of big jobs, and the best
 trial of a search read from one index. Figures are printed (``-s``)."""
 
@@ -13,10 +13,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from bench.harness import attacks
+from bench.harness.jobstore import set_columns
 from service.db.event_models import CheckpointRow, ExploitRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import JobRow
-from tests import attacks
-from tests.jobstore import set_columns
 from trainers.events import _Pusher
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from api.client import Client
 from api.schemas.events import SUBMISSION_HEADER
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
 from service.db.event_models import CheckpointRow
 from service.events.reads import series
 from service.events.tokens import token_hash
 from service.http.routes.events import MAX_BATCH
-from tests.jobstore import dead_ray, job_service, set_columns, submit
-from tests.servers import ServerProcess
 
 TOKEN = "events-token-of-the-test"
 SID = "raydock-pushed-1-abcdef"

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from api.schemas import event_line, parse_event, parse_job_spec
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import LogChunkRow, MetricRow, TrialRow
@@ -19,8 +20,7 @@ from service.events import logs
 from service.events.reads import series
 from service.runtime import compose
 from service.settings import Settings
-from tests.conftest import FIXTURES, user_spec
-from tests.jobstore import dead_ray, job_service, set_columns, submit
+from tests.support.specs import FIXTURES, user_spec
 
 
 def metric(i: int, **values) -> dict:
@@ -276,8 +276,8 @@ def test_a_trials_time_is_read_on_the_searchs_own_axis(database_url, tmp_path, b
 
 def test_a_search_whose_stored_spec_no_longer_validates_is_refused_with_a_code(running):
     from api.errors import Conflict
+    from bench.harness.attacks import SEARCH
     from service.events.reads.trials import TrialService
-    from tests.attacks import SEARCH
 
     service, _ = running
     job, _ = service.jobs.submit(parse_job_spec(SEARCH))
@@ -306,17 +306,17 @@ def test_every_event_type_has_one_writer_and_a_driver_sends_only_tunes_trial_sta
     "ended, live_reads", [("CANCELLED", "CANCELLED"), ("FAILED", "ERROR"), ("SUCCEEDED", "TERMINATED")]
 )
 def test_a_live_trial_of_an_ended_search_reads_as_the_searchs_end(running, ended, live_reads):
+    from bench.harness.attacks import SEARCH
     from service.events.reads.trials import TrialService
-    from tests.attacks import SEARCH
 
     service, _ = running
-    job, _ = service.submit(parse_job_spec(SEARCH))
+    job, _ = service.jobs.submit(parse_job_spec(SEARCH))
     set_columns(service, job.id, status="RUNNING", attempt=1)
     said = {"t0": "RUNNING", "t1": "TERMINATED", "t2": "PAUSED", "t3": "ERROR", "t4": "PENDING"}
     events = [
         {"type": "trial", "seq": i, "ts": 1.0, "trial_id": t, "status": st} for i, (t, st) in enumerate(said.items())
     ]
-    service.ingest(job.id, events)
+    service.ingest.take(job.id, events)
     trials = TrialService(service.sessions)
     assert {t.trial_id: t.status for t in trials.trials(job.id)} == said  # the search still runs
     set_columns(service, job.id, status=ended)

@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from api.schemas import JobStatus
 from api.schemas.events import MARKER, MAX_TRIAL_ID
+from bench.harness import attacks
 from service.db.event_models import CheckpointRow, MetricRow, TrialMetricRow, TrialRow, WorkerGroupRow
 from service.db.models import JobRow
-from tests import attacks
 
 # Each test starts servers of its own and takes seconds: out of the fast command.
 pytestmark = pytest.mark.slow

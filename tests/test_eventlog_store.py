@@ -138,9 +138,9 @@ def test_what_callers_do_is_logged_with_their_name_and_outlives_the_job(tmp_path
     loopback webhook is refused at submit."""
     from api.errors import InvalidSpec
     from api.schemas import parse_job_spec
+    from bench.harness.jobstore import job_service
+    from bench.harness.specs import digits_spec
     from service.eventlog import subscriptions
-    from tests.conftest import digits_spec
-    from tests.jobstore import job_service
 
     service = job_service(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path)
     notify = [{"url": "https://hooks.example.com/raydock", "events": ["*"]}]

@@ -1,6 +1,6 @@
 """One job's code forging another job's events, as a hostile job on the same Ray cluster
 can (same OS user, same storage): what the forged push may still reach, over real HTTP on
-real SQLite and PostgreSQL (``tests/attacks.py``), and the launch file the token travels
+real SQLite and PostgreSQL (``bench/harness/attacks.py``), and the launch file the token travels
 in, read and deleted by the driver's own code (``trainers.launch``)."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import func, select
 
 from api.schemas.events import SUBMISSION_HEADER
+from bench.harness import attacks
+from bench.harness.jobstore import set_columns
 from service.db.event_models import CheckpointRow, MetricRow
 from service.files import storage
-from tests import attacks
-from tests.jobstore import set_columns
 from trainers import launch as launch_mod
 
 # Each test starts servers of its own and takes seconds: out of the fast command.

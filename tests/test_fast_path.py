@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from api.schemas import OptimizerSpec, ParallelismSpec
-from tests.parallel.parallel_harness import run_workers
+from bench.harness.parallel import run_workers
 from trainers import efficiency, fast_path
 from trainers.data.text import VOCAB_SIZE, batch_at, grammar_dataset
 from trainers.models import CNN, MLP

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from bench.harness import attacks, http_attacks
+from bench.harness.attacks import SEARCH
+from bench.harness.jobstore import job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import JobRow
-from tests import attacks, http_attacks
-from tests.attacks import SEARCH
-from tests.conftest import digits_spec
-from tests.jobstore import job_service, set_columns, submit
-from tests.servers import ServerProcess
 
 # Each test starts servers of its own and takes seconds: out of the fast command.
 pytestmark = pytest.mark.slow

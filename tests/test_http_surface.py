@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml
 
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
 
 TOKEN = "s3cret-token"
 SMALL_LIMIT = 4096

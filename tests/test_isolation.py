@@ -16,10 +16,10 @@ from ray.job_submission import JobSubmissionClient
 from sqlalchemy import create_engine, text
 
 from api.client import Client
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports
-from tests.conftest import user_spec
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from tests.support.specs import user_spec
 
 ONE = {"num_workers": 1}
 POISON = [

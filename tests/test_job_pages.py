@@ -16,10 +16,10 @@ import pytest
 
 from api.client import Client
 from api.errors import InvalidSpec, NotFound
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from sqlalchemy.exc import DBAPIError
 
 from api.errors import NotFound
 from api.schemas import JobStatus, parse_job_spec
+from bench.harness.jobstore import job_service, submit
+from bench.harness.specs import digits_spec
 from service.db.models import JobRow
-from tests.conftest import digits_spec
-from tests.jobstore import job_service, submit
 
 
 @pytest.fixture()

@@ -10,10 +10,10 @@ from sqlalchemy import event, select
 
 from api.errors import InvalidSpec
 from api.schemas import JobStatus
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.db.listing import decode_cursor, encode_cursor
 from service.db.models import JobRow, TransitionRow, utcnow
 from service.scheduling import admission, queue
-from tests.jobstore import job_service, set_columns, submit
 
 
 @pytest.fixture()

@@ -16,9 +16,11 @@ import yaml
 from api.client import Client
 from api.schemas import DigitsData, MLPModel
 from api.schemas.events import PHASE_NAMES
-from tests.conftest import CLUSTER_CPUS, digits_spec, user_spec
-from tests.phases_check import assert_phases
-from tests.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from tests.support.phases_check import assert_phases
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import user_spec
 from trainers.data.tabular import load_arrays
 from trainers.models import build_model
 

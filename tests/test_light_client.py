@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.specs import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_LIBRARIES = ("ray", "torch", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "pydantic_settings")

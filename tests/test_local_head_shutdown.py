@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import insert
 
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.cluster.local_cluster import start_head
 from service.db.models import JobRow, utcnow
 from service.http.app import _maybe_stop_head
-from tests.jobstore import job_service, set_columns, submit
 
 pytestmark = pytest.mark.slow  # starts Ray heads of its own
 

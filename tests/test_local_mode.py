@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.identity_attacks import local_mode_after_users_left, start_local, take_the_admin_name
+from bench.harness.identity_attacks import local_mode_after_users_left, start_local, take_the_admin_name
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
 

@@ -17,12 +17,13 @@ import pytest
 from api.client import Client
 from api.local_ranks import cold_reason
 from api.schemas import ClusterInfo, NodeInfo, TrainSpec
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import entrypoint_resources
 from service.scheduling.node_fit import one_node_holds
 from service.scheduling.rank_plan import entrypoint_resources as planned
 from service.settings import Settings
-from tests.conftest import digits_spec, user_spec
-from tests.waiting import wait_for
+from tests.support.specs import user_spec
 
 
 def _ppid(pid: int) -> int | None:
@@ -176,7 +177,7 @@ def test_an_elastic_job_keeps_ray_trains_worker_actors(client: Client):
 RUN_RANKS = """
 import sys
 from api.schemas import TrainSpec
-from tests.conftest import user_spec
+from tests.support.specs import user_spec
 from trainers.ranks import RankRunner
 spec = TrainSpec.model_validate(user_spec("userpkg.ray_api:train", config={"epochs": 10000, "sleep_s": 0.2}))
 RankRunner(spec, "orphans", sys.argv[1]).fit()

@@ -10,12 +10,12 @@ import time
 
 from sqlalchemy import select
 
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.event_models import MetricRow
 from service.db.models import JobRow
 from service.events import logs
 from service.events.log_tails import READ_WHOLE_BELOW, LogTails
-from tests.jobstore import job_service, set_columns, submit
 
 LINES = 6000
 PRINTER = (

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.client import Client
 from api.errors import Conflict, NotFound
-from tests.conftest import user_spec
-from tests.servers import ServerProcess
+from bench.harness.servers import ServerProcess
+from tests.support.specs import user_spec
 
 TOKEN, METRICS_TOKEN = "api-token-for-metrics-tests", "scrape-token-for-metrics-tests"
 ONE = {"num_workers": 1}

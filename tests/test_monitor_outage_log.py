@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from tests.jobstore import job_service, submit
+from bench.harness.jobstore import job_service, submit
 
 
 def test_a_cluster_that_does_not_answer_is_logged_once_however_many_ticks_meet_it(tmp_path, caplog):

@@ -1,5 +1,5 @@
 """Two Ray nodes on two hosts of the test's own (network namespaces with their own
-addresses, tests/netns.py): the head in one, a worker node in the other, one CPU each,
+addresses, tests/support/netns.py): the head in one, a worker node in the other, one CPU each,
 and the raydock server on the machine reaching the head's dashboard over a bridge.
 
 An elastic job of 1..2 workers of one CPU must spread over both hosts; killing every
@@ -19,12 +19,12 @@ import httpx
 import pytest
 
 from api.errors import ClusterUnavailable
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import free_ports, head_env
 from service.cluster.ray_backend import RayBackend
-from tests.conftest import session_token_path
-from tests.netns import NetworkHosts
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from tests.support.netns import NetworkHosts
+from tests.support.session import session_token_path
 
 pytestmark = pytest.mark.slow  # starts a cluster of its own
 

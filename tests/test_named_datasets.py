@@ -11,8 +11,7 @@ from pydantic import ValidationError
 
 from api.client import Client
 from api.schemas import TrainSpec
-from tests.conftest import user_spec
-from tests.test_tune import search
+from tests.support.specs import search, user_spec
 
 LOOP = "userpkg.regression:train_func"
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
-from tests.conftest import digits_spec
-from tests.servers import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-HOOKS = Path(__file__).with_name("openapi_hooks.py")
+HOOKS = Path(__file__).parent / "support" / "openapi_hooks.py"
 
 # Per operation, what the contract allows beyond schemathesis' defaults, and why.
 CONFIG = textwrap.dedent(

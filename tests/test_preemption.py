@@ -14,8 +14,9 @@ import uuid
 import pytest
 
 from api.schemas import QuotaSpec
-from tests.conftest import CLUSTER_CPUS, digits_spec
-from tests.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from tests.support.session import CLUSTER_CPUS
 
 
 def running_seconds(job) -> float:

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from api.errors import QuotaExceeded
 from api.schemas import JobStatus, QuotaSpec, parse_job_spec
+from bench.harness.jobstore import job_service, set_columns, submit
 from service import lifecycle
 from service.db.models import JobRow, aware, utcnow
 from service.db.tenancy_models import JobUsageRow, ProjectUsageRow
@@ -19,7 +20,6 @@ from service.scheduling import admission, queue
 from service.scheduling.fair_share import ProjectLoad, Quota, Running, decay, victims
 from service.settings import Settings
 from service.tenancy import quotas, usage
-from tests.jobstore import job_service, set_columns, submit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -189,6 +189,6 @@ def test_the_queue_reads_each_projects_head(service):
 
 
 def _spec() -> dict:
-    from tests.conftest import digits_spec
+    from bench.harness.specs import digits_spec
 
     return digits_spec()

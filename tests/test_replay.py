@@ -118,7 +118,7 @@ def test_user_code_reads_its_own_values_not_a_schedule():
 def test_replay_over_rest_refuses_what_is_not_a_finished_search(server):
     import httpx
 
-    from tests.conftest import digits_spec
+    from bench.harness.specs import digits_spec
 
     http = httpx.Client(base_url=server.url, timeout=30)
     missing = http.get("/v1/jobs/j000000000000/best/replay")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.sched_attacks import PLACEMENT_GROUP_NAMES
-from tests.servers import ServerProcess
+from bench.harness.jobstore import dead_ray
+from bench.harness.sched_attacks import PLACEMENT_GROUP_NAMES
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import time
 import httpx
 
 from api.client import Client
-from tests.conftest import user_spec
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
+from bench.harness.servers import ServerProcess
+from bench.harness.waiting import wait_for
+from tests.support.specs import user_spec
 
 STEPS = 12
 

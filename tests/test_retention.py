@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
 from service.db.event_models import CheckpointRow
 from service.db.models import JobLabelRow, JobRow, TransitionRow, store_id, utcnow
 from service.files import storage
 from service.retention import Policy, RayRecords, Retention
-from tests.jobstore import dead_ray, job_service, set_columns, submit
 
 
 @pytest.fixture()

@@ -3,7 +3,7 @@ job planted there: a real server (real HTTP, SQLite, no Ray) and the same store 
 this process, where an attempt is prepared and a job preempted exactly as the server's
 monitor does (their Ray calls are the only part left out: no Ray here).
 
-Every plant (tests/write_attacks.py) aims at a stand-in for the server's database outside
+Every plant (bench/harness/write_attacks.py) aims at a stand-in for the server's database outside
 the storage path; it must keep its bytes, and the server must still write its own file."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import httpx
 import pytest
 
 from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV
+from bench.harness import attacks, code_attacks, write_attacks
+from bench.harness.jobstore import set_columns, submit
+from bench.harness.write_attacks import DB_BYTES, PLANTS, job_prefix, plant, tree, written_whole
 from service.db.models import JobRow, utcnow
 from service.events.tokens import token_hash
 from service.retention import Policy, Retention
-from tests import attacks, code_attacks, write_attacks
-from tests.jobstore import set_columns, submit
-from tests.write_attacks import DB_BYTES, PLANTS, job_prefix, plant, tree, written_whole
 from trainers import launch as driver_launch
 
 DEEP = 3000  # folders in a chain: deeper than a path may be long, and than Python recurses

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from api.schemas import QuotaSpec
-from tests.conftest import CLUSTER_CPUS, digits_spec
-from tests.waiting import wait_for
-from tests.write_attacks import DB_BYTES, plant, tree, written_whole
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.write_attacks import DB_BYTES, plant, tree, written_whole
+from tests.support.session import CLUSTER_CPUS
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,10 @@ from sqlalchemy import inspect, text
 from api.errors import CapacityExceeded
 from api.schemas import ClusterInfo, TrainSpec
 from api.schemas.cluster import AutoscalerPublic, NodeInfo, NodeTypeCapacity
+from bench.harness.specs import digits_spec
 from service.db.engine import make_engine
 from service.scheduling import admission, node_fit
-from tests.conftest import digits_spec, user_spec
+from tests.support.specs import user_spec
 
 GIB = 2**30
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
-from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow  # starts a Ray head of its own
 

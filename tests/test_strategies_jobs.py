@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from api.schemas import GPTModel, TextData
-from tests.conftest import digits_spec, user_spec
-from tests.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from tests.support.specs import user_spec
 from trainers.data.text import batch_at, grammar_dataset
 from trainers.lm_loop import gpt_config
 from trainers.models.gpt import build_gpt, lm_loss

@@ -16,6 +16,7 @@ from starlette.routing import Route, compile_path
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
+from bench.harness.specs import digits_spec
 from service import lifecycle
 from service.db import event_models, tracking_models  # noqa: F401  (their tables join Base's metadata)
 from service.db.engine import make_sessionmaker
@@ -26,7 +27,6 @@ from service.telemetry.collector import StoreCollector
 from service.telemetry.latency import UNMATCHED, route_template, status_class
 from service.tracking import enrol
 from service.tracking.names import MAX_KEYS_PER_REPORT, mlflow_key, params, scalars, tensorboard_tag
-from tests.conftest import digits_spec
 
 
 def sample(registry, name: str, **labels) -> float:

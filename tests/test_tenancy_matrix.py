@@ -1,5 +1,5 @@
 """The isolation matrix: every route of the server's OpenAPI document x every kind of
-caller (tests/tenancy_world.py) with the answer each must get. A route the table below
+caller (bench/harness/tenancy_world.py) with the answer each must get. A route the table below
 does not know fails the test, so a new route cannot skip it.
 
 What each class of answer means:
@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 
 from api.client import Client
 from api.errors import QuotaExceeded
+from bench.harness.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
+from bench.harness.specs import digits_spec
+from bench.harness.tenancy_world import IDENTITIES, World, start_world
 from service.db.models import utcnow
 from service.db.tenancy_models import JobUsageRow
-from tests.conftest import digits_spec
-from tests.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
-from tests.tenancy_world import IDENTITIES, World, start_world
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
 

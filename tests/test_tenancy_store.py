@@ -15,6 +15,7 @@ from sqlalchemy import inspect, select, text, update
 from api.errors import Conflict, Forbidden, InvalidSpec, NotFound
 from api.schemas import parse_job_spec
 from api.schemas.tenancy import MAX_TOKENS_PER_USER, RESERVED_USER_NAMES, TokenCreate, UserCreate
+from bench.harness.specs import digits_spec
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow
@@ -24,7 +25,6 @@ from service.tenancy.caller import Caller, authenticate, server_admin
 from service.tenancy.projects import Projects
 from service.tenancy.tokens import token_hash
 from service.tenancy.users import Users
-from tests.conftest import digits_spec
 
 ADMIN = Caller("admin", None, True)
 

@@ -16,10 +16,10 @@ from datetime import datetime
 import httpx
 import pytest
 
-from tests import attacks, caps_attacks
-from tests.caps_attacks import CAPS_ENV
-from tests.code_attacks import package
-from tests.tenancy_world import start_world
+from bench.harness import attacks, caps_attacks
+from bench.harness.caps_attacks import CAPS_ENV
+from bench.harness.code_attacks import package
+from bench.harness.tenancy_world import start_world
 
 pytestmark = pytest.mark.slow  # starts servers (no Ray)
 

@@ -1,4 +1,4 @@
-"""A job attacking the tracking export of a real server (tests/tracking_attacks.py): trial
+"""A job attacking the tracking export of a real server (bench/harness/tracking_attacks.py): trial
 ids that are paths, links planted in its storage, another project's MLflow experiment.
 What it may change is its own prefix and record; the server's exporter must write nothing
 anywhere else, and what honest jobs export still reads back with each tool's own reader."""
@@ -15,11 +15,11 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
+from bench.harness import tracking_attacks as ta
+from bench.harness.waiting import wait_for
 from service.db.event_models import TrialMetricRow
 from service.db.models import JobRow
 from service.tracking.names import trial_folder
-from tests import tracking_attacks as ta
-from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow  # a server of its own, importing torch's SummaryWriter and MLflow: seconds
 

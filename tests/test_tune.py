@@ -19,38 +19,11 @@ import yaml
 from api.client import Client
 from api.errors import CapacityExceeded
 from api.schemas import TrainSpec
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import ray_auth_token
-from tests.conftest import CLUSTER_CPUS, user_spec
-from tests.phases_check import assert_phases
-from tests.waiting import wait_for
-
-BASE = {
-    "model": {"type": "mlp", "hidden_sizes": [32]},
-    "data": {"source": "digits"},
-    "optimizer": {"name": "sgd", "lr": 0.01},
-    "batch_size": 64,
-    "seed": 0,
-    "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
-}
-
-
-def search(**overrides) -> dict:
-    spec = {
-        "kind": "tune",
-        "name": "search-test",
-        "base": BASE,
-        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
-        "algorithm": "random",
-        "metric": "val_acc",
-        "mode": "max",
-        "num_trials": 4,
-        "max_concurrent_trials": 4,
-        "budget": {"epochs": 6},
-        "driver_cpus_per_trial": 0.5,
-        "seed": 1,
-    }
-    spec.update(overrides)
-    return spec
+from tests.support.phases_check import assert_phases
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import BASE, search, user_spec
 
 
 def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Client, server, tmp_path):

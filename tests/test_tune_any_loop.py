@@ -12,9 +12,8 @@ import time
 import pytest
 
 from api.client import Client
-from tests.conftest import user_spec
-from tests.test_tune import search
-from tests.waiting import wait_for
+from bench.harness.waiting import wait_for
+from tests.support.specs import search, user_spec
 
 LINEAR_EXAMPLE = "ray.train.examples.pytorch.torch_linear_example:train_func"
 
@@ -155,7 +154,7 @@ def test_pb2_explores_with_its_model_and_records_exploits(client: Client):
 
 @pytest.mark.long
 def test_each_trial_is_itself_a_two_worker_train_run(client: Client):
-    from tests.test_tune import BASE
+    from tests.support.specs import BASE
 
     base = {**BASE, "scaling": {"num_workers": 2, "cpus_per_worker": 0.25}}
     job = client.submit(search(base=base, num_trials=2, budget={"epochs": 2}))

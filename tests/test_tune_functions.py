@@ -10,8 +10,7 @@ from pydantic import ValidationError
 from api.client import Client
 from api.schemas import TuneSpec
 from service.scheduling import admission
-from tests.conftest import user_spec
-from tests.test_tune import search
+from tests.support.specs import search, user_spec
 
 FUNCTION = "userpkg.tune_fn:trainable"
 

@@ -15,13 +15,14 @@ import pytest
 
 from api.errors import InvalidSpec
 from api.schemas import FailureCause, JobStatus, parse_job_spec
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
 from service.cluster.ray_backend import RayBackend
 from service.code.user_code import check_user_code, locate
 from service.db.engine import make_engine, make_sessionmaker
 from service.runtime import compose
 from service.settings import Settings
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
+from tests.support.user_code import IGNORE_CASES
 
 MAX_FILES, MAX_BYTES = 40, 64 * 1024
 TRIPWIRE = "from pathlib import Path\nPath(__file__).with_name('IMPORTED').write_text('ran')\n"
@@ -204,33 +205,6 @@ def test_paths_are_pinned_to_what_was_checked(tmp_path):
         check_user_code(parse_job_spec(spec(root)), no_root)
     assert refused.value.code == "code_root_not_configured"
     assert "RAYDOCK_CODE_ROOT" in refused.value.message
-
-
-# (ignore files {relative dir: text}, runtime_env.excludes, where a link out of the root sits)
-IGNORE_CASES = [
-    ({"": ".venv/\n"}, [], ".venv/bin/python"),
-    ({"": ".venv/\n!.venv/bin/python\n"}, [], ".venv/bin/python"),
-    ({"": ".venv/*\n!.venv/bin/\n"}, [], ".venv/bin/python"),
-    ({"": "*.log\n!keep.log\n"}, [], "keep.log"),
-    ({"": "*.log\n!keep.log\n"}, [], "other.log"),
-    ({"": "data/[ab]*\n"}, [], "data/a1"),
-    ({"": "data/[ab]*\n"}, [], "data/c1"),
-    ({"": "data/[!a]*\n"}, [], "data/a1"),
-    ({"": "\\#notes\n"}, [], "#notes"),
-    ({"": "\\!bang\n"}, [], "!bang"),
-    ({"": "**/cache/**\n"}, [], "x/cache/y"),
-    ({"": "a/**/b\n"}, [], "a/x/y/b"),
-    ({"": "/rooted\n"}, [], "x/rooted"),
-    ({"": "/rooted\n"}, [], "rooted"),
-    ({"": "*\n!*.py\n"}, [], "evil.py"),
-    ({"": "*\n!*/\n!*.py\n"}, [], "pkg/evil.py"),
-    ({"sub": "*.tmp\n"}, [], "sub/a.tmp"),
-    ({"sub": "*.tmp\n"}, [], "a.tmp"),
-    ({"sub": "/x\n", "": "!sub/x\n"}, [], "sub/x"),
-    ({}, ["secret*"], "secret.txt"),
-    ({}, ["sub/"], "sub/deep/link"),
-    ({}, ["**/*.key", "!keep/*.key"], "keep/a.key"),
-]
 
 
 def _shipped_by_ray(project: Path, excludes: list[str], rel: str) -> bool:

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from api.client import Client
-from tests.servers import REPO, ServerProcess
-from tests.test_user_code_upload import write_user_code
+from bench.harness.servers import REPO, ServerProcess
+from tests.support.user_code import write_user_code
 
 pytestmark = pytest.mark.long
 

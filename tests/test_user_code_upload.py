@@ -16,51 +16,16 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from api.client import Client
 from api.errors import NotFound
-from tests.servers import ServerProcess
+from bench.harness.servers import ServerProcess
+from tests.support.user_code import write_user_code
 
 RETENTION_S = 2
-
-USER_LOOP = '''\
-"""A user's loop in a package named `service`, using the user's own `api` package."""
-import ray.train
-
-import api
-from api.helpers import scale
-
-
-def main(config):
-    for step in range(1, config["steps"] + 1):
-        ray.train.report({"step": step, "who": api.WHO, "scaled": scale(step), "api_file": api.__file__})
-'''
-
-
-def write_user_code(root: Path, steps: int = 3) -> Path:
-    """A project directory: job.yaml beside code/, which holds `api` and `service`."""
-    code = root / "code"
-    (code / "api").mkdir(parents=True)
-    (code / "api" / "__init__.py").write_text('WHO = "the user\'s api"\n')
-    (code / "api" / "helpers.py").write_text("def scale(x):\n    return 10 * x\n")
-    (code / "service").mkdir()
-    (code / "service" / "__init__.py").write_text("")
-    (code / "service" / "train.py").write_text(USER_LOOP)
-    (code / "__pycache__").mkdir()
-    (code / "__pycache__" / "stale.pyc").write_bytes(b"\0" * 64)  # left out by default
-    spec = {
-        "name": "uploaded",
-        "entrypoint": "service.train:main",
-        "working_dir": "code",
-        "config": {"steps": steps},
-        "scaling": {"num_workers": 1},
-    }
-    (root / "job.yaml").write_text(yaml.safe_dump(spec))
-    return root / "job.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,16 @@
 """GET /v1/cluster lists one warm-pool entry per live node, found by its exact actor name,
 and the server reads a bounded tail of each one's log, off the request path. Actors any
 job can create with names like the pool's, each logging megabytes, change neither
-(tests/warm_pool_attacks.py).
+(bench/harness/warm_pool_attacks.py).
 """
 
 from __future__ import annotations
 
 from api.client import Client
+from bench.harness.waiting import wait_for
+from bench.harness.warm_pool_attacks import log_figures, squat, unsquat
 from service.cluster.local_cluster import LocalHead
 from service.cluster.warm_pool import MAX_LOG_BYTES
-from tests.waiting import wait_for
-from tests.warm_pool_attacks import log_figures, squat, unsquat
 
 
 def test_lookalike_pool_actors_are_not_listed_and_their_logs_are_read_bounded(

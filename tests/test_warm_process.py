@@ -2,7 +2,7 @@
 job changes in its process reaches the next job forked from the same warm process.
 
 It starts ``python -m trainers.zygote.server`` on a socket in a temp dir laid out as a
-Ray session dir, and speaks its protocol as the client does, with ``tests.zygote_probe``
+Ray session dir, and speaks its protocol as the client does, with ``tests.support.zygote_probe``
 as the driver. The warm process imports torch and ray.train: a few seconds.
 """
 
@@ -24,7 +24,7 @@ from trainers.zygote.protocol import LineReader, code_version, send_request, soc
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
-PROBE = "tests.zygote_probe"
+PROBE = "tests.support.zygote_probe"
 
 
 def start_warm(session: Path) -> subprocess.Popen:

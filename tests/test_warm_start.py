@@ -18,37 +18,13 @@ import sysconfig
 from pathlib import Path
 
 from api.client import Client
+from bench.harness.waiting import wait_for
 from service.cluster.local_cluster import LocalHead
 from service.cluster.ray_backend import WARM_ENTRYPOINTS, RayBackend
-from tests.conftest import user_spec
-from tests.waiting import wait_for
+from tests.support.warm import ensure_warm, is_alive, tiny, warm_pid
 
 WARM_LINE = re.compile(r"raydock: warm start, driver (\d+) forked from warm process (\d+)")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pool_dir(head: LocalHead) -> Path:
-    return Path(head.temp_dir) / "r" / "session_latest" / "raydock"
-
-
-def warm_pid(head: LocalHead) -> int | None:
-    """The node's warm process, once it listens."""
-    try:
-        stats = json.loads((pool_dir(head) / "stats.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return stats["pid"] if (pool_dir(head) / "zygote.sock").exists() and _alive(stats["pid"]) else None
-
-
-def ensure_warm(client: Client, head: LocalHead) -> int:
-    if warm_pid(head) is None and not (pool_dir(head) / "starter.log").exists():
-        job = client.submit(tiny())  # no job ran on this cluster yet: this one starts the pool
-        job.wait(timeout=180)
-    return wait_for(lambda: warm_pid(head), 180, "the node's warm process")
-
-
-def tiny(**config) -> dict:
-    return user_spec("userpkg.steps:train", config={"steps": 2, **config}, scaling={"num_workers": 1})
 
 
 def test_a_job_is_forked_from_the_warm_process_and_the_pool_shows_it(client: Client, ray_head: LocalHead):
@@ -59,7 +35,7 @@ def test_a_job_is_forked_from_the_warm_process_and_the_pool_shows_it(client: Cli
     assert [m.metrics["step"] for m in job.metrics()] == [1, 2]
     forked = WARM_LINE.search(job.logs())
     assert forked and int(forked.group(2)) == zygote, job.logs()[-2000:]
-    assert not _alive(int(forked.group(1)))  # the driver's process ended with the job
+    assert not is_alive(int(forked.group(1)))  # the driver's process ended with the job
     # GET /v1/cluster shows the monitor's snapshot of the pool (refreshed every 10 s).
     pool = wait_for(
         lambda: [p for p in client.cluster().warm_pool if p.running == 0 and p.jobs_served >= 1],
@@ -98,7 +74,7 @@ def test_a_cancelled_warm_job_leaves_no_process(client: Client, ray_head: LocalH
     job.cancel()
     job.wait(timeout=60)
     assert job.status.value == "CANCELLED"
-    wait_for(lambda: not _alive(driver) and not _group(driver), 60, "the driver and its process group gone")
+    wait_for(lambda: not is_alive(driver) and not _group(driver), 60, "the driver and its process group gone")
     wait_for(lambda: [p.running for p in client.cluster().warm_pool] == [0], 30, "the pool with no job running")
 
 
@@ -127,14 +103,6 @@ def test_a_job_in_another_python_starts_cold_and_succeeds(ray_head: LocalHead, t
     assert "warm start refused (another Python" in logs and not WARM_LINE.search(logs)
     assert '"type": "result"' in logs.replace("'", '"') or "RAYDOCK_EVENT" in logs
     assert warm_pid(ray_head) == zygote  # the warm process is still there for the next job
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def _group(pgid: int) -> list[int]:

@@ -1,5 +1,5 @@
 """A job that takes over the node's warm socket path gets nothing, and the warm process
-whose path was taken leaves: first with no Ray cluster (tests/warm_attacks.py; the test
+whose path was taken leaves: first with no Ray cluster (bench/harness/warm_attacks.py; the test
 stands where the warm process's supervisor actor would), then on the session's cluster
 through the whole path (REST submit, Ray job, the entrypoint asking the GCS).
 """
@@ -13,10 +13,10 @@ import socket
 import pytest
 
 from api.client import Client
+from bench.harness.waiting import wait_for
+from bench.harness.warm_attacks import plant, planted_saw, run_client, start_warm
 from service.cluster.local_cluster import LocalHead
-from tests.test_warm_start import _alive, ensure_warm, pool_dir, tiny, warm_pid
-from tests.waiting import wait_for
-from tests.warm_attacks import plant, planted_saw, run_client, start_warm
+from tests.support.warm import ensure_warm, is_alive, pool_dir, tiny, warm_pid
 from trainers.zygote import peer
 from trainers.zygote.server import PATH_TAKEN
 
@@ -81,7 +81,7 @@ def test_on_a_cluster_a_job_sends_a_planted_listener_nothing_and_the_pool_leaves
         assert "is not this node's warm process" in logs and "warm start, driver" not in logs, logs[-2000:]
         got = planted_saw(record)
         assert got["connections"] >= 1 and got["bytes"] == 0 and got["fds"] == 0, got
-        wait_for(lambda: not _alive(zygote), 60, "the warm process whose path was taken gone")
+        wait_for(lambda: not is_alive(zygote), 60, "the warm process whose path was taken gone")
         wait_for(lambda: client.cluster().warm_pool == [], 60, "the pool gone from GET /v1/cluster")
     finally:
         os.kill(planted, signal.SIGKILL)

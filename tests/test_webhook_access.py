@@ -1,5 +1,5 @@
 """Who reads what of the webhooks, and which targets the URL policy refuses, through a
-real server (real HTTP, SQLite, no Ray) with the callers of tests/tenancy_world.py: the
+real server (real HTTP, SQLite, no Ray) with the callers of bench/harness/tenancy_world.py: the
 server's webhooks (their URLs often carry a receiver's credential) are the server admin's;
 a job's signing secrets are for those who may change the job, not its viewers; 6to4 and
 Teredo addresses embedding a refused IPv4 address are refused as that address is."""
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.conftest import digits_spec
-from tests.tenancy_world import start_world
+from bench.harness.specs import digits_spec
+from bench.harness.tenancy_world import start_world
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
 

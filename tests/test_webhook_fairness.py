@@ -24,12 +24,12 @@ import time
 import httpx
 import pytest
 
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.webhook_receiver import DripReceiver, Receiver
 from service.eventlog.deliverer import backoff_s
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
-from tests.webhook_receiver import DripReceiver, Receiver
 
 TIMEOUT_S, BACKOFF_S = 4.0, 0.5
 

@@ -16,12 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from api.client import Client
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
+from bench.harness.webhook_receiver import Receiver
 from service.cli.main import app
 from service.eventlog import signing
-from tests.conftest import digits_spec, user_spec
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
-from tests.webhook_receiver import Receiver
+from tests.support.specs import user_spec
 
 TOKEN = "webhook-test-token"
 SERVER_SECRET = "server-secret-0123456789"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from api.schemas import TrainSpec
-from tests.parallel.parallel_harness import run_workers
+from bench.harness.parallel import run_workers
 from trainers import checkpoint
 from trainers.classifier_loop import build_classifier, steps
 from trainers.data.tabular import InMemoryData

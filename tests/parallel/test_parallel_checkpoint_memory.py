@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from api.schemas import ParallelismSpec
-from tests.parallel.parallel_harness import CFG, GLOBAL_BATCH, SEED, dataset, make_optimizer, run_workers
+from bench.harness.parallel import CFG, GLOBAL_BATCH, SEED, dataset, make_optimizer, run_workers
 from trainers.checkpoint import load_shards, save_shards
 from trainers.data.text import batch_at
 from trainers.models.gpt import build_gpt

@@ -3,7 +3,7 @@
 import pytest
 
 from api.schemas import ParallelismSpec
-from tests.parallel.parallel_harness import CFG, SEED, run_workers, train_specs_worker
+from bench.harness.parallel import CFG, SEED, run_workers, train_specs_worker
 from trainers.models.gpt import build_gpt
 
 pytestmark = pytest.mark.slow  # process groups of torch workers

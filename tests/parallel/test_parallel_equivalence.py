@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from api.schemas import ParallelismSpec
-from tests.parallel.parallel_harness import (
+from bench.harness.parallel import (
     CFG,
     GLOBAL_BATCH,
     SEED,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from api.schemas import ParallelismSpec
-from tests.parallel.parallel_harness import reference_run, run_workers, train_specs_worker
+from bench.harness.parallel import reference_run, run_workers, train_specs_worker
 
 STEPS = 20
 

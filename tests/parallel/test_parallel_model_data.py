@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.parallel.parallel_harness import CFG
+from bench.harness.parallel import CFG
 from trainers.data.text import VOCAB_SIZE, batch_at, decode, encode, generate_text, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt, lm_loss, split_gpt_for_stage
 

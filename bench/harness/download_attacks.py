@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness.attacks import Target, start_target
 from service.db.event_models import CheckpointRow
-from tests.attacks import Target, start_target
 
 __all__ = ["Target", "start_target"]
 

@@ -7,10 +7,10 @@ No Ray: the cluster is given as Ray would report it."""
 from __future__ import annotations
 
 from api.schemas import ClusterInfo, NodeInfo, QuotaSpec, parse_job_spec
+from bench.harness.specs import digits_spec
 from service.runtime import Runtime
 from service.scheduling import admission, queue
 from service.tenancy import quotas
-from tests.conftest import digits_spec
 
 ACTIVE = ("STARTING", "RUNNING", "CANCELLING", "PREEMPTED")
 WIDE = {"num_workers": {"min": 1, "max": 4096}}  # one CPU each

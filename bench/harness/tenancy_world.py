@@ -17,13 +17,13 @@ import httpx
 from sqlalchemy import update
 
 from api.schemas import parse_job_spec
+from bench.harness.code_attacks import package
+from bench.harness.jobstore import dead_ray, job_service
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow
 from service.runtime import Runtime
-from tests.code_attacks import package
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray, job_service
-from tests.servers import ServerProcess
 
 IDENTITIES = ("owner", "mate", "other", "viewer", "admin", "none", "revoked", "expired")
 

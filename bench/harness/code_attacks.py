@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 
 from api.code_package import TOP
-from tests import attacks
-from tests.attacks import Target
+from bench.harness import attacks
+from bench.harness.attacks import Target
 
 MINIMAL_RECORD = 46 + 6  # a central-directory record naming "code/x"
 

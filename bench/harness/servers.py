@@ -14,14 +14,14 @@ import httpx
 
 from service.cluster.local_cluster import free_ports
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:
     """``ray_address`` None: the server starts a Ray head of its own (in its data dir).
     Jobs may ship code from the checkout (``RAYDOCK_CODE_ROOT``) unless ``extra_env``
     says otherwise; ``unset_env`` names variables of this process the server must not see.
-    ``live`` holds the servers started and not stopped since: tests/cluster_teardown.py
+    ``live`` holds the servers started and not stopped since: tests/support/cluster_teardown.py
     cancels through them what a test left running."""
 
     live: set["ServerProcess"] = set()

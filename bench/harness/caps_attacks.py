@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from tests import download_attacks
-from tests.code_attacks import package
-from tests.jobstore import set_columns
-from tests.tenancy_world import World
+from bench.harness import download_attacks
+from bench.harness.code_attacks import package
+from bench.harness.jobstore import set_columns
+from bench.harness.tenancy_world import World
 
 MAX_STREAMS, MAX_UPLOADS, MAX_DOWNLOADS = 8, 4, 4  # shares at the defaults: a project half, a user a quarter
 CAPS_ENV = {

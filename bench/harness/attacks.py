@@ -15,13 +15,13 @@ import httpx
 from sqlalchemy import insert
 
 from api.schemas.events import SUBMISSION_HEADER
+from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 from service.db.event_models import MetricRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
 from service.events.tokens import token_hash
 from service.runtime import Runtime
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray, job_service, set_columns, submit
-from tests.servers import ServerProcess
 
 TOKEN = "the-attackers-events-token"
 SID = "raydock-attacked-1-abcdef"  # the Ray submission id of the attacked attempt (Ray's job list shows it)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trainers.zygote.protocol import socket_path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 PLANT = r"""
 import array, json, os, socket, sys

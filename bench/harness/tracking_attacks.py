@@ -12,6 +12,11 @@ import httpx
 from sqlalchemy import func, select
 
 from api.schemas import parse_job_spec
+from bench.harness.attacks import SEARCH, SID, TOKEN, Target
+from bench.harness.jobstore import dead_ray, set_columns
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.event_models import TrialMetricRow
@@ -22,11 +27,6 @@ from service.files import storage
 from service.runtime import compose
 from service.settings import Settings
 from service.tracking.names import trial_folder
-from tests.attacks import SEARCH, SID, TOKEN, Target
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray, set_columns
-from tests.servers import ServerProcess
-from tests.waiting import wait_for
 
 INTERVAL_S = "0.2"  # the exporter's pass, short so a test waits little
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import digits_spec
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
+from bench.harness.specs import digits_spec
 
 
 @dataclass

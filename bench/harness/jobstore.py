@@ -10,13 +10,13 @@ from pathlib import Path
 from sqlalchemy import update
 
 from api.schemas import parse_job_spec
+from bench.harness.specs import digits_spec
 from service.cluster.local_cluster import free_ports
 from service.cluster.ray_backend import RayBackend
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.models import JobRow
 from service.runtime import Runtime, compose
 from service.settings import Settings
-from tests.conftest import digits_spec
 
 
 def dead_ray() -> str:

@@ -37,9 +37,9 @@ import httpx
 import pytest
 
 from api.schemas import JobStatus
+from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead
 from service.cluster.ray_backend import RayBackend
-from tests.servers import ServerProcess
 
 UNENDED = [s.value for s in JobStatus if not s.is_terminal()]
 CANCEL_WAIT_S = 120.0  # a cancelled job's driver stops, then the monitor's tick records it

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
 
 HALF_HEAD = b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "  # the blank line never comes
 HALF_BODY = (

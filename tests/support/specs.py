@@ -1,0 +1,49 @@
+"""The specs the tests submit beside ``harness.specs``: a user-code job over the fixtures' ``usercode``
+folder (``tests/fixtures``), and a small search (``search``) over a digits MLP (``BASE``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def user_spec(entrypoint: str, **overrides) -> dict:
+    spec = {
+        "name": "user-code",
+        "entrypoint": entrypoint,
+        "working_dir": str(FIXTURES / "usercode"),
+        "config": {},
+        "scaling": {"num_workers": 2},
+    }
+    spec.update(overrides)
+    return spec
+
+
+BASE = {
+    "model": {"type": "mlp", "hidden_sizes": [32]},
+    "data": {"source": "digits"},
+    "optimizer": {"name": "sgd", "lr": 0.01},
+    "batch_size": 64,
+    "seed": 0,
+    "scaling": {"num_workers": 1, "cpus_per_worker": 0.25},
+}
+
+
+def search(**overrides) -> dict:
+    spec = {
+        "kind": "tune",
+        "name": "search-test",
+        "base": BASE,
+        "search_space": {"optimizer.lr": {"type": "loguniform", "low": 0.001, "high": 0.5}},
+        "algorithm": "random",
+        "metric": "val_acc",
+        "mode": "max",
+        "num_trials": 4,
+        "max_concurrent_trials": 4,
+        "budget": {"epochs": 6},
+        "driver_cpus_per_trial": 0.5,
+        "seed": 1,
+    }
+    spec.update(overrides)
+    return spec
