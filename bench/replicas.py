@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.replicas [--rounds 3] [--ttl 12]
 
 Real ``raydock serve`` replicas on one PostgreSQL server this script starts (as the test
-suite does, tests/databases.py), pointed at a Ray address where nothing listens: holding,
+suite does, bench/harness/databases.py), pointed at a Ray address where nothing listens: holding,
 losing and taking over the units needs no Ray. Each round starts replica A, waits until it
 holds every leased unit, starts B, then:
 
@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 from bench.figures import ROWS, row
-from tests.databases import PostgresServer
-from tests.replica_world import held_by, holder_of, replica, wait_for
+from bench.harness.databases import PostgresServer
+from bench.harness.replicas import held_by, holder_of, replica
+from bench.harness.waiting import wait_for
 
 TAKEOVER_TARGET_S = 15.0
 
@@ -34,7 +35,7 @@ TAKEOVER_TARGET_S = 15.0
 def _until_held(server, holder: str) -> float:
     """Seconds until ``server`` sees every leased unit held by ``holder`` (polled every 50 ms)."""
     started = time.monotonic()
-    wait_for(lambda: held_by(server, holder), f"{holder} holds every unit", tries=2400, pause_s=0.05)
+    wait_for(lambda: held_by(server, holder), 120, f"{holder} holds every unit", 0.05)
     return time.monotonic() - started
 
 

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from api.schemas import FailureCause, JobStatus
+from bench.harness.jobstore import job_service, set_columns, submit
 from service.background.periodic import Periodic
 from service.background.runner import Runner
 from service.db.engine import make_engine
@@ -24,7 +25,6 @@ from service.db.eventlog_models import EventLogRow
 from service.db.leases import LeaseLost, Leases
 from service.db.models import JobRow
 from service.scheduling.admission import Failure
-from tests.jobstore import job_service, set_columns, submit
 
 UNITS = ["monitor", "usage", "webhooks"]
 

@@ -13,7 +13,8 @@ import signal
 import httpx
 import pytest
 
-from tests.replica_world import LEASED, held_by, holder_of, holders, replica, replicas, runs, tokens, wait_for
+from bench.harness.replicas import LEASED, held_by, holder_of, holders, replica, replicas, runs, tokens
+from bench.harness.waiting import wait_for
 
 TTL_S = 3.0  # short, yet long past a busy machine's stalls: a holder renews every 0.75 s
 
@@ -40,7 +41,7 @@ def _pair(tmp_path, store, started):
     a = replica(tmp_path / "a", store, TTL_S)
     started.append(a)
     a_id = holder_of(a)
-    wait_for(lambda: held_by(a, a_id), "the first replica holds every unit")
+    wait_for(lambda: held_by(a, a_id), 30, "the first replica holds every unit", 0.05)
     b = replica(tmp_path / "b", store, TTL_S)
     started.append(b)
     return a, a_id, b, holder_of(b)
@@ -53,7 +54,9 @@ def _claims_after(server, holder: str, n: int = 2) -> None:
         lambda: (
             next(r["seen_at"] for r in replicas(server)["replicas"] if r["id"] == holder) >= first + n * TTL_S / 4 * 0.9
         ),
+        30,
         f"{holder} claims again",
+        0.05,
     )
 
 
@@ -70,9 +73,9 @@ def test_each_unit_runs_on_one_replica_and_a_killed_holders_units_move(tmp_path,
     before = tokens(view)
 
     a.kill()  # SIGKILL: no release; b waits out the TTL
-    wait_for(lambda: held_by(b, b_id), "the survivor takes the killed holder's units", tries=1200)
+    wait_for(lambda: held_by(b, b_id), 60, "the survivor takes the killed holder's units", 0.05)
     assert tokens(replicas(b)) == {unit: before[unit] + 1 for unit in LEASED}
-    wait_for(lambda: all(runs(b).get(u, 0) > 0 for u in ("monitor", "usage", "webhooks")), "b runs them")
+    wait_for(lambda: all(runs(b).get(u, 0) > 0 for u in ("monitor", "usage", "webhooks")), 30, "b runs them", 0.05)
 
 
 def test_a_paused_holder_takes_nothing_back_and_a_graceful_stop_hands_over_at_once(tmp_path, store, started):
@@ -80,7 +83,7 @@ def test_a_paused_holder_takes_nothing_back_and_a_graceful_stop_hands_over_at_on
     before = tokens(replicas(b))
 
     os.kill(a.proc.pid, signal.SIGSTOP)  # paused past its TTL: b takes its units
-    wait_for(lambda: held_by(b, b_id), "b takes the paused holder's units", tries=1200)
+    wait_for(lambda: held_by(b, b_id), 60, "b takes the paused holder's units", 0.05)
     taken = tokens(replicas(b))
     assert taken == {unit: before[unit] + 1 for unit in LEASED}
     os.kill(a.proc.pid, signal.SIGCONT)
@@ -97,7 +100,7 @@ def test_a_paused_holder_takes_nothing_back_and_a_graceful_stop_hands_over_at_on
     view = replicas(a)
     assert b_id not in set(holders(view).values())  # free now, not after a TTL
     assert b_id not in {r["id"] for r in view["replicas"]}
-    wait_for(lambda: held_by(a, a_id), "a takes them at its next claim")
+    wait_for(lambda: held_by(a, a_id), 30, "a takes them at its next claim", 0.05)
     assert tokens(replicas(a)) == {unit: taken[unit] + 1 for unit in LEASED}
 
 

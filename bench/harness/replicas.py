@@ -6,13 +6,12 @@ lease TTL; and what their ``GET /v1/replicas`` and ``/metrics`` say."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.jobstore import dead_ray
-from tests.servers import ServerProcess
+from bench.harness.jobstore import dead_ray
+from bench.harness.servers import ServerProcess
 
 # The units one replica holds at a time (the warm pool's snapshot runs on every replica).
 LEASED = ["code-collection", "monitor", "retention", "tracking-export", "usage", "webhooks"]
@@ -46,15 +45,6 @@ def holders(view: dict) -> dict[str, str | None]:
 
 def tokens(view: dict) -> dict[str, int]:
     return {lease["name"]: lease["token"] for lease in view["leases"] if lease["name"] in LEASED}
-
-
-def wait_for(cond, what: str, tries: int = 600, pause_s: float = 0.05):
-    """Poll ``cond`` until it returns something true (bounded by tries, not a clock)."""
-    for _ in range(tries):
-        if got := cond():
-            return got
-        time.sleep(pause_s)
-    raise AssertionError(f"never: {what}")
 
 
 def held_by(server: ServerProcess, holder: str) -> bool:
