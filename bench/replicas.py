@@ -10,8 +10,9 @@ holds every leased unit, starts B, then:
 - SIGKILLs A and times until B holds every unit (``GET /v1/replicas``, polled every 50 ms):
   target <= 15 s with the default TTL (12 s; a holder renews every 3 s, a replica short of
   some unit claims every second);
-- stops B gracefully (SIGTERM) beside a fresh replica C and times until C holds them all:
-  its leases are freed as it exits, so C takes them at its next claim (within a second).
+- stops B gracefully (SIGTERM) beside a fresh replica C, times the stop, and then until C
+  holds them all: B's leases are freed as it exits, so C takes them at its next claim
+  (within a second).
 
 One row per figure, ``what | figure | bound | ok/FAIL``; ``main()`` returns the rows that failed.
 """
@@ -28,6 +29,7 @@ from bench.figures import ROWS, row
 from bench.harness.databases import PostgresServer
 from bench.harness.replicas import held_by, holder_of, replica
 from bench.harness.waiting import wait_for
+from service.background.runner import WAITING_EVERY_S
 
 TAKEOVER_TARGET_S = 15.0
 
@@ -39,7 +41,7 @@ def _until_held(server, holder: str) -> float:
     return time.monotonic() - started
 
 
-def one_round(root: Path, url: str, ttl_s: float) -> tuple[float, float]:
+def one_round(root: Path, url: str, ttl_s: float) -> tuple[float, float, float]:
     servers = []
     try:
         a = replica(root / "a", url, ttl_s)
@@ -55,9 +57,8 @@ def one_round(root: Path, url: str, ttl_s: float) -> tuple[float, float]:
         c_id = holder_of(c)
         began = time.monotonic()
         b.stop()
-        handed = time.monotonic() - began
-        handed += _until_held(c, c_id)
-        return killed, handed
+        stopping = time.monotonic() - began
+        return killed, stopping, _until_held(c, c_id)
     finally:
         for server in servers:
             server.kill()
@@ -70,16 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ROWS.clear()
     pg = PostgresServer().start()
-    kills, stops = [], []
+    kills, stops, handovers = [], [], []
     try:
         print("what | figure | bound | ok/FAIL")
         for n in range(args.rounds):
             url = pg.url(pg.create_database())
             with tempfile.TemporaryDirectory(prefix="raydock-replicas-") as tmp:
-                killed, handed = one_round(Path(tmp), url, args.ttl)
+                killed, stopping, handed = one_round(Path(tmp), url, args.ttl)
             kills.append(killed)
-            stops.append(handed)
-            print(f"# round {n + 1}: take-over after SIGKILL {killed:.1f} s, after a graceful stop {handed:.1f} s")
+            stops.append(stopping)
+            handovers.append(handed)
+            print(
+                f"# round {n + 1}: take-over after SIGKILL {killed:.1f} s; graceful stop {stopping:.1f} s, "
+                f"take-over after its exit {handed:.1f} s"
+            )
     finally:
         pg.stop()
     target = TAKEOVER_TARGET_S * args.ttl / 12.0
@@ -90,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         max(kills) <= target,
     )
     row(
-        f"take-over after a graceful stop of the holder (SIGTERM), worst of {len(stops)}",
-        f"{max(stops):.1f} s (median {statistics.median(stops):.1f} s)",
-        "<= 2 s (a claim, plus the stop itself)",
-        max(stops) <= 2,
+        f"take-over after the holder's graceful stop (SIGTERM) ended, worst of {len(handovers)}",
+        f"{max(handovers):.1f} s (median {statistics.median(handovers):.1f} s; the stop itself {max(stops):.1f} s)",
+        f"<= {WAITING_EVERY_S + 0.5:g} s (the next claim of a replica short of units)",
+        max(handovers) <= WAITING_EVERY_S + 0.5,
     )
     return sum(1 for *_, ok in ROWS if not ok)
 
