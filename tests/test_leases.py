@@ -130,7 +130,7 @@ def test_each_unit_runs_on_one_runner_and_moves_at_a_graceful_stop(database_url)
     fences: dict[str, set[int]] = {}
 
     def runner_of(replica: str) -> Runner:
-        runner = Runner(leases=Leases(engine, ttl_s=0.4, holder=f"host/{replica}/x"))
+        runner = Runner(leases=Leases(engine, ttl_s=1.5, holder=f"host/{replica}/x"))
 
         def step_of(unit: str, fenced: bool):
             def step(*fence) -> None:
@@ -162,7 +162,7 @@ def test_each_unit_runs_on_one_runner_and_moves_at_a_graceful_stop(database_url)
         await until(lambda: all(ran("a", u) >= 3 for u in UNITS))
         b.start_all()
         await until(lambda: ran("b", "warm-pool") >= 3)
-        await asyncio.sleep(0.5)  # past a TTL: b has claimed several times meanwhile
+        await asyncio.sleep(1.6)  # past a TTL: b has claimed several times meanwhile
         before = dict(runs)
         a_running = sorted(a.running())
         await a.stop_all()
