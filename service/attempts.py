@@ -40,6 +40,7 @@ from service import lifecycle
 from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore, altered
 from service.code.user_code import check_user_code
+from service.db.leases import Fence
 from service.db.models import JobRow
 from service.eventlog.log import record
 from service.events.tokens import new_events_token
@@ -94,10 +95,12 @@ class Attempts:
 
     # ------------------------------------------------------------------ start
 
-    def start(self, job_id: str) -> None:
+    def start(self, job_id: str, fence: Fence | None = None) -> None:
         """Prepare, submit and confirm one attempt. Raises ClusterUnavailable when Ray
-        did not answer (the job stays QUEUED with its submission id, to be retried)."""
-        prepared = self.prepare(job_id)
+        did not answer (the job stays QUEUED with its submission id, to be retried), and
+        LeaseLost when ``fence`` (the monitor's lease) is no longer held: nothing is admitted
+        or counted then, and a Ray job already submitted carries the id the new holder submits."""
+        prepared = self.prepare(job_id, fence)
         if prepared is None:
             return
         if prepared.previous:
@@ -118,7 +121,7 @@ class Attempts:
             )
             return
         self._inject_faults(job_id)
-        self.confirm(job_id, prepared.submission_id, prepared.attempt, sent)
+        self.confirm(job_id, prepared.submission_id, prepared.attempt, sent, fence)
 
     def _inject_faults(self, job_id: str) -> None:
         if self.faults.delay_after_submit:
@@ -129,9 +132,10 @@ class Attempts:
                 f"{self.faults.env_name('test_faults')}: injected failure after the Ray submit of {job_id}"
             )
 
-    def prepare(self, job_id: str) -> Prepared | None:
+    def prepare(self, job_id: str, fence: Fence | None = None) -> Prepared | None:
         """Fix the attempt's submission id and write its launch file; None when the job
-        is no longer QUEUED. A job prepared before (a retry) keeps its id and file."""
+        is no longer QUEUED. A job prepared before (a retry) keeps its id and file. With
+        ``fence``, the admission commits only while the monitor's lease is held under it."""
         with self.sessions() as s:
             job = s.get(JobRow, job_id)
             if job is None or job.status != JobStatus.QUEUED.value:
@@ -151,8 +155,13 @@ class Attempts:
             launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
             data = launch.model_dump_json().encode()
             launch_sha256 = hashlib.sha256(data).hexdigest()
+            if fence is not None:  # a replica that lost the monitor must not rewrite the holder's file
+                with self.sessions.begin() as s:
+                    fence.hold(s)
             storage.write_private(prefix, name, data)
             with self.sessions.begin() as s:
+                if fence is not None:
+                    fence.hold(s)  # first: a take-over waits for this admission, or refuses it
                 fixed = s.execute(
                     update(JobRow)
                     .where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED.value, JobRow.submission_id.is_(None))
@@ -259,10 +268,15 @@ class Attempts:
             **self.settings.storage.object_store_env,
         }
 
-    def confirm(self, job_id: str, sid: str, attempt: int, sent: float | None = None) -> None:
+    def confirm(
+        self, job_id: str, sid: str, attempt: int, sent: float | None = None, fence: Fence | None = None
+    ) -> None:
         """Ray has the attempt: count it (``submitted`` at ``sent``, when its submit went
-        out). A job cancelled meanwhile gets its Ray job stopped."""
+        out). A job cancelled meanwhile gets its Ray job stopped. With ``fence``, only while
+        the monitor's lease is held under it (else LeaseLost, the job left as it was)."""
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)
             job = s.get(JobRow, job_id)
             if job is None:
                 started = False

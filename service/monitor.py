@@ -30,6 +30,7 @@ from api.schemas import FailureCause, JobStatus
 from service import lifecycle
 from service.attempts import ACTIVE, Attempts
 from service.cluster.ray_backend import RayBackend
+from service.db.leases import Fence, LeaseLost
 from service.db.models import JobRow, aware, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
@@ -109,11 +110,16 @@ class Monitor:
 
     # ------------------------------------------------------------------ one pass
 
-    def tick(self) -> None:
+    def tick(self, fence: Fence | None = None) -> None:
+        """One pass; ``fence``: the monitor's lease this pass runs under (service/db/leases.py),
+        which the attempts it starts prove in the transactions that admit and start them."""
         with self._passes:
-            self._tick()
+            try:
+                self._tick(fence)
+            except LeaseLost as exc:  # paused past its lease: the new holder's pass does this one's work
+                log.warning("this replica no longer runs the monitor: %s", exc)
 
-    def _tick(self) -> None:
+    def _tick(self, fence: Fence | None) -> None:
         with self.sessions() as s:
             active = s.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE))).all()
         for job_id in active:
@@ -134,11 +140,11 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        admitted = self.queue.admit()
+        admitted = self.queue.admit(fence)
         for job_id in admitted.start:
-            self._dispatch(job_id)
+            self._dispatch(job_id, fence)
         if (preempt := admitted.preempt) is not None:
-            self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project)
+            self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project, fence)
 
     def account(self) -> None:
         """Count the running attempts' usage up to now and add what was counted to the
@@ -192,16 +198,18 @@ class Monitor:
 
     # ------------------------------------------------------------------ starting jobs
 
-    def _dispatch(self, job_id: str) -> None:
+    def _dispatch(self, job_id: str, fence: Fence | None) -> None:
         with self._submit_lock:
             if job_id in self._submitting:
                 return
             self._submitting.add(job_id)
-        self._pool.submit(self._start, job_id)
+        self._pool.submit(self._start, job_id, fence)
 
-    def _start(self, job_id: str) -> None:
+    def _start(self, job_id: str, fence: Fence | None) -> None:
         try:
-            self.attempts.start(job_id)
+            self.attempts.start(job_id, fence)
+        except LeaseLost as exc:  # another replica runs the monitor now: it starts the job
+            log.warning("job %s is left to the replica that holds the monitor now: %s", job_id, exc)
         except ClusterUnavailable as exc:
             self._outage.failed(f"submit of job {job_id} waits for the cluster", exc)
         except Exception:  # noqa: BLE001 - the next tick submits the same id again

@@ -21,6 +21,7 @@ from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.job_records import LoopReads
+from service.db.leases import Leases
 from service.db.models import store_id
 from service.eventlog.deliverer import POLL_S, Deliverer
 from service.events.ingest import Ingest
@@ -58,6 +59,7 @@ class Runtime:
     users: Users  # users and their tokens (service/tenancy/)
     projects: Projects
     runner: Runner  # the background units (``units``), started and stopped by the lifespan
+    leases: Leases  # which replica runs each unit (service/db/leases.py)
     head: LocalHead | None = None  # the local Ray head this server started; None: RAY_ADDRESS
 
 
@@ -126,8 +128,22 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
     users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)
-    runner = units(settings, sessions, backend, code, jobs, monitor, retention, deliverer)
-    parts = (code, reads, jobs, ingest, pushes, monitor, retention, deliverer, users, Projects(sessions), runner)
+    leases = Leases(sessions.kw["bind"], settings.replicas.lease_ttl_s)
+    runner = units(settings, sessions, backend, code, jobs, monitor, retention, deliverer, leases)
+    parts = (
+        code,
+        reads,
+        jobs,
+        ingest,
+        pushes,
+        monitor,
+        retention,
+        deliverer,
+        users,
+        Projects(sessions),
+        runner,
+        leases,
+    )
     return Runtime(settings, sessions, backend, *parts, head)  # in the order of Runtime's fields
 
 
@@ -140,19 +156,28 @@ def units(
     monitor: Monitor,
     retention: Retention,
     deliverer: Deliverer,
+    leases: Leases,
 ) -> Runner:
-    """Every piece of background work, as a named unit with its cadence (not started)."""
-    runner = Runner(observe=instruments.background_ran)  # raydock_background_runs_total{unit,outcome}
+    """Every piece of background work, as a named unit with its cadence (not started), each
+    run on the one replica that holds its lease (the warm pool's snapshot on every one)."""
+    # raydock_background_runs_total{unit,outcome}
+    runner = Runner(observe=instruments.background_ran, leases=leases)
     # Follow, reconcile, admit, start, preempt; a submit wakes it (at most one tick per gap).
     tick = runner.add(
         Periodic(
-            "monitor", settings.cluster.monitor_interval_s, monitor.tick, min_gap_s=MIN_TICK_GAP_S, max_backoff_s=5.0
+            "monitor",
+            settings.cluster.monitor_interval_s,
+            monitor.tick,
+            min_gap_s=MIN_TICK_GAP_S,
+            max_backoff_s=5.0,
+            fenced=True,  # admission and starts are proven under the monitor's lease (service/attempts.py)
         )
     )
     monitor.wake = jobs.on_submit = tick.wake
     runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account))
     runner.add(Periodic("code-collection", lambda: code.collect_every_s, code.collect))
-    runner.add(Periodic("warm-pool", backend.pool.refresh_s, backend.refresh_warm_pool))
+    # This replica's own snapshot of the warm pool (what its reads show): on every replica.
+    runner.add(Periodic("warm-pool", backend.pool.refresh_s, backend.refresh_warm_pool, leased=False))
     runner.add(Periodic("retention", settings.retention.retention_interval_s, retention.sweep))
     # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
     exporter = Exporter(sessions, settings)

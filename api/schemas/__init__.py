@@ -7,8 +7,11 @@ This package imports nothing heavy (no torch, no ray, no fastapi, no sqlalchemy)
 from api.schemas.cluster import (
     AutoscalerPublic,
     ClusterInfo,
+    LeasePublic,
     NodeInfo,
     NodeTypeCapacity,
+    ReplicaPublic,
+    ReplicasPublic,
     WarmProcessPublic,
     WorkerGroupPublic,
     WorkerPlacement,

@@ -88,3 +88,29 @@ class ClusterInfo(BaseModel):
         default_factory=list,
         description="The warm process of each node that has one (none until a job has run there; RAYDOCK_WARM_START).",
     )
+
+
+class LeasePublic(BaseModel):
+    """One background unit's lease: which replica runs it now."""
+
+    name: str = Field(description="The background unit (monitor, usage, webhooks, ...).")
+    holder: str | None = Field(description="The replica that holds it (host/pid/random); None: free.")
+    token: int = Field(description="Its fencing token: grows by one at every change of holder.")
+    since: float | None = Field(description="Unix time (the database's clock) its holder took it.")
+    expires_in_s: float = Field(description="Seconds until it expires unless renewed (negative: expired).")
+
+
+class ReplicaPublic(BaseModel):
+    id: str = Field(description="The replica: host/pid/random, made at its start.")
+    started_at: float = Field(description="Unix time (the database's clock) it first claimed leases.")
+    seen_at: float = Field(description="Unix time of its last claim.")
+    leases: list[str] = Field(description="The units whose leases it holds now (unexpired).")
+
+
+class ReplicasPublic(BaseModel):
+    """The server's replicas on this store and the background units each runs."""
+
+    now: float = Field(description="The database's clock now (Unix time).")
+    lease_ttl_s: float = Field(description="How long a lease lasts unrenewed (RAYDOCK_LEASE_TTL_S).")
+    replicas: list[ReplicaPublic] = Field(description="Replicas seen in the last hour, latest first (at most 100).")
+    leases: list[LeasePublic] = Field(description="Every background unit's lease.")

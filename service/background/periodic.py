@@ -5,7 +5,12 @@ A unit is something the runner (``runner.py``) can start and stop on its own, so
 that fails again and again costs only itself: after ``budget`` failures in a row it says
 so loudly once and waits longer between runs (doubling, at most ``max_backoff_s``), and
 goes back to its cadence at its first success. A wakeable unit (``min_gap_s`` set) runs
-early when ``wake()`` is called, at most once per gap."""
+early when ``wake()`` is called, at most once per gap.
+
+A leased unit (the default) runs on one replica at a time: the runner starts it only while
+this replica holds its lease. A fenced one's step is called with the lease's fence (its
+token), which its writes check in their own transactions, so a replica that lost the
+lease while paused is refused."""
 
 from __future__ import annotations
 
@@ -29,6 +34,9 @@ class Periodic:
     min_gap_s: float | None = None  # wakeable: woken runs are at least this far apart
     own_thread: bool = False  # runs on an event loop of its own thread (its work never waits for the API's loop)
     on_stop: Callable[[], Awaitable[None] | None] | None = None  # after its last run, on its loop
+    leased: bool = True  # False: it runs on every replica (it keeps this replica's own state)
+    fenced: bool = False  # its step takes the fence of the lease it runs under (None without leases)
+    fence: Any = field(default=None, init=False)  # set by the runner as it starts the unit
     runs: int = field(default=0, init=False)
     failures: int = field(default=0, init=False)
     failures_in_row: int = field(default=0, init=False)
@@ -49,10 +57,11 @@ class Periodic:
         """One step, counted: whether it succeeded."""
         started = time.perf_counter()
         try:
+            args = (self.fence,) if self.fenced else ()
             if inspect.iscoroutinefunction(self.step):
-                await self.step()
+                await self.step(*args)
             else:
-                await asyncio.to_thread(self.step)
+                await asyncio.to_thread(self.step, *args)
         except Exception:  # noqa: BLE001 - a unit outlives any one bad step, and never stops another
             ok = False
             self.failures += 1

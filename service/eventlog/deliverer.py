@@ -79,6 +79,7 @@ class Deliverer:
 
     def _lanes_here(self) -> tuple[Lane, Lane]:
         if self._lanes is None:
+            self._stopping = False  # started again (its replica took the unit's lease back)
             server_slots = max(1, len(self.server))
             concurrency = self.settings.webhooks.webhook_concurrency
             self._lanes = (

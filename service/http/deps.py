@@ -1,6 +1,7 @@
 """The one way routes reach the server: ``Annotated`` dependencies for the parts the
 composition root built (``service/runtime.py``): the job commands and reads, the events
-pushes, the cluster, the code store, the trial reads, the store, users and projects; the
+pushes, the cluster, the code store, the trial reads, the store, users, projects and the
+replicas' leases; the
 caller (``CurrentCaller``, decided by the request guard) and the job ids it may read
 (``JobId``) or change (``WritableJobId``); and the bounded path and query parameters every
 route shares. Routes never touch ``request.app.state`` themselves.
@@ -21,6 +22,7 @@ from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
 from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
+from service.db.leases import Leases
 from service.db.listing import MAX_CURSOR_CHARS
 from service.events.push import Pushes
 from service.events.reads.trials import TrialService
@@ -83,6 +85,10 @@ async def projects(request: Request) -> Projects:
     return request.app.state.runtime.projects
 
 
+async def leases(request: Request) -> Leases:
+    return request.app.state.runtime.leases
+
+
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobCommands, Depends(job_commands)]
 Reads = Annotated[JobReads, Depends(job_reads)]
@@ -94,6 +100,7 @@ Trials = Annotated[TrialService, Depends(trial_service)]
 Store = Annotated[sessionmaker, Depends(store)]
 UsersDep = Annotated[Users, Depends(users)]
 ProjectsDep = Annotated[Projects, Depends(projects)]
+LeasesDep = Annotated[Leases, Depends(leases)]
 
 JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[

@@ -7,6 +7,7 @@ from sqlalchemy import engine_from_config, pool
 from service.db import (  # noqa: F401  (their tables join Base's metadata)
     event_models,
     eventlog_models,
+    lease_models,
     tenancy_models,
     tracking_models,
 )

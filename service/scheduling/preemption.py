@@ -22,6 +22,7 @@ from sqlalchemy.orm import sessionmaker
 from api.schemas import JobStatus
 from service import lifecycle
 from service.db.event_models import CheckpointRow
+from service.db.leases import Fence
 from service.db.models import JobRow, aware, utcnow
 from service.eventlog.log import record
 from service.files import storage
@@ -49,8 +50,9 @@ class Preemptions:
         self.grace_s = grace_s
         self._told: set[tuple[str, int]] = set()  # markers written by this process
 
-    def preempt(self, job_ids: list[str], for_job: str, for_project: str) -> list[str]:
-        """Move these borrowed jobs to PREEMPTED (the state first), then tell each; returns those moved."""
+    def preempt(self, job_ids: list[str], for_job: str, for_project: str, fence: Fence | None = None) -> list[str]:
+        """Move these borrowed jobs to PREEMPTED (the state first), then tell each; returns those moved.
+        With ``fence`` (the monitor's lease), only while it is held (else LeaseLost, nothing moved)."""
         moved = []
         deadline = utcnow() + timedelta(seconds=self.grace_s)
         reason = (
@@ -58,6 +60,8 @@ class Preemptions:
             f"checkpointing, then back in the queue (within {self.grace_s:g}s)"
         )
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)
             for job_id in job_ids:
                 job = s.get(JobRow, job_id)
                 if job is None or job.status != JobStatus.RUNNING.value:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from api.errors import ClusterUnavailable
 from api.schemas import ClusterInfo, FailureCause, JobSpec, JobStatus, QuotaSpec
 from service import lifecycle
+from service.db.leases import Fence
 from service.db.models import JobRow, utcnow
 from service.scheduling import admission, fair_share, queue
 from service.stored.specs import stored_spec
@@ -79,8 +80,8 @@ class QueueKeeper:
         self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
         self._big_move_at = float("-inf")
 
-    def admit(self) -> Admitted:
-        """One admission pass. The jobs to submit are those the plan starts, and those
+    def admit(self, fence: Fence | None = None) -> Admitted:
+        """One admission pass (its failures of waiting jobs fenced by the monitor's lease). The jobs to submit are those the plan starts, and those
         whose submit is under way or was cut short (their submission id is fixed, so they
         hold their resources already and are submitted again with the same id)."""
         with self.sessions() as s:
@@ -95,7 +96,7 @@ class QueueKeeper:
         try:
             info, extra = self.backend.capacity()
         except ClusterUnavailable as exc:
-            self.fail_queued(late)
+            self.fail_queued(late, fence)
             self._tell(admission.Plan(), f"waiting for the Ray cluster: {exc}", touched, now_marks)
             return Admitted(in_flight)
         # A job submitted while Ray did not answer skipped the submit-time check: one that can
@@ -103,7 +104,7 @@ class QueueKeeper:
         max_cpus, max_gpus = admission.max_capacity(info, extra)
         with self.sessions() as s:
             too_big = queue.never_fit(s, max_cpus, max_gpus)
-        self.fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None))
+        self.fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None), fence)
         skip = {f.job_id for f in late} | set(too_big)
         with self.sessions() as s:
             free_extra = admission.extra_free(info, held_extra)
@@ -136,12 +137,15 @@ class QueueKeeper:
         )
         return Preemption(chosen, job.id, job.project)
 
-    def fail_queued(self, failures: list[admission.Failure]) -> None:
+    def fail_queued(self, failures: list[admission.Failure], fence: Fence | None = None) -> None:
         """Fail these jobs if they are still waiting (a record this server cannot read,
-        e.g. stored by another version, fails alone; the rest of the queue goes on)."""
+        e.g. stored by another version, fails alone; the rest of the queue goes on); with
+        ``fence``, only while the monitor's lease is held under it (else LeaseLost)."""
         if not failures:
             return
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)
             for f in failures:
                 job = s.get(JobRow, f.job_id)
                 if job is not None and job.status == JobStatus.QUEUED.value and job.submission_id is None:

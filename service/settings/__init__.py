@@ -17,6 +17,7 @@ from service.settings.code import CodeSettings
 from service.settings.events import EventSettings
 from service.settings.faults import FaultSettings
 from service.settings.http import AuthSettings, HttpSettings
+from service.settings.replicas import ReplicaSettings
 from service.settings.scheduling import SchedulingSettings
 from service.settings.storage import RetentionSettings, StorageSettings
 from service.settings.tracking import TrackingSettings
@@ -30,6 +31,7 @@ __all__ = [
     "EventSettings",
     "FaultSettings",
     "HttpSettings",
+    "ReplicaSettings",
     "RetentionSettings",
     "SchedulingSettings",
     "Settings",
@@ -56,6 +58,9 @@ class Settings(BaseModel):
     )
     scheduling: SchedulingSettings = Field(
         default_factory=SchedulingSettings, description="Quotas, fair share, preemption."
+    )
+    replicas: ReplicaSettings = Field(
+        default_factory=ReplicaSettings, description="How replicas share the background work."
     )
     code: CodeSettings = Field(default_factory=CodeSettings, description="Code jobs ship or upload.")
     events: EventSettings = Field(default_factory=EventSettings, description="What one job's events may store.")
