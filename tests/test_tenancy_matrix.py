@@ -80,6 +80,7 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/v1/jobs/{job_id}/events"): JOB_READ,
     ("GET", "/v1/jobs/{job_id}/webhooks"): JOB_READ,
     ("GET", "/v1/cluster"): OPEN,
+    ("GET", "/v1/replicas"): SERVER_ADMIN,
     ("GET", "/v1/code"): OPEN,
     ("PUT", "/v1/code/{sha256}"): CODE_WRITE,
     ("GET", "/v1/code/{sha256}"): CODE_READ,
