@@ -55,6 +55,7 @@ def test_bad_elastic_spec_is_refused(server, what, body, code, hint):
     assert hint in r.json()["error"]["message"]
 
 
+@pytest.mark.long  # about 2 minutes on 2 cores (a resize and a resume): RAYDOCK_LONG_TESTS=1
 def test_elastic_job_grows_when_cpus_free_up_and_resumes_from_checkpoint(server):
     http = httpx.Client(base_url=server.url, timeout=30)
 

@@ -97,6 +97,7 @@ def test_a_min_beyond_the_quota_waits_for_it_whatever_the_max(service):
     )
 
 
+@pytest.mark.long  # about 3 minutes inside the suite (a preemption and its grace): RAYDOCK_LONG_TESTS=1
 def test_an_elastic_job_on_the_cluster_runs_at_most_its_quota_and_yields_to_a_guarantee(client):
     """The session cluster has 4 CPUs. A project allowed 2 CPUs (1 guaranteed) submits a
     range of 1..4096 workers; another project guaranteed all 4 then submits a 3-CPU job."""

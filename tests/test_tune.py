@@ -26,6 +26,7 @@ from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import BASE, search, user_spec
 
 
+@pytest.mark.long  # about 2 minutes on 2 cores (a PBT search to its clones): RAYDOCK_LONG_TESTS=1
 def test_pbt_clone_continues_from_donor_checkpoint_with_perturbed_lr(client: Client, server, tmp_path):
     job = client.submit(search(algorithm="pbt", pbt={"perturbation_interval": 2}))
     job.wait(timeout=480)
