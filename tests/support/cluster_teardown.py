@@ -103,9 +103,10 @@ def _ray_get(head: LocalHead, path: str, **params) -> dict | list:
     return r.raise_for_status().json()
 
 
-def _own_drivers(head: LocalHead) -> dict[str, int]:
-    """Drivers connected to the cluster on their own (no submission), still running: job id -> pid."""
-    jobs = _ray_get(head, "/api/jobs/")
+def _own_drivers(head: LocalHead, jobs: list | None = None) -> dict[str, int]:
+    """Drivers connected to the cluster on their own (no submission), still running: job id
+    -> pid; from ``jobs`` when the caller has Ray's job list already."""
+    jobs = _ray_get(head, "/api/jobs/") if jobs is None else jobs
     return {
         j["job_id"]: int(j["driver_info"]["pid"])
         for j in jobs
@@ -180,8 +181,11 @@ def _leftover_drivers(head: LocalHead, before: Snapshot) -> dict[str, int]:
     """Driver processes still alive of what started since ``before``: the last driver of
     each submission (a warm driver is a child of the node's warm process, not of the
     entrypoint Ray stopped) and every driver connected on its own: what -> pid."""
-    found = {f"driver {job_id}": pid for job_id, pid in _own_drivers(head).items() if job_id not in before.drivers}
-    for job in _ray_get(head, "/api/jobs/"):
+    jobs = _ray_get(head, "/api/jobs/")
+    found = {
+        f"driver {job_id}": pid for job_id, pid in _own_drivers(head, jobs).items() if job_id not in before.drivers
+    }
+    for job in jobs:
         sid, info = job.get("submission_id"), job.get("driver_info")
         if job.get("type") == "SUBMISSION" and sid not in before.ray_jobs and info and info.get("pid"):
             found[f"driver of {sid}"] = int(info["pid"])

@@ -84,12 +84,7 @@ def _imports(node: ast.AST, module: str, is_pkg: bool) -> set[str]:
         if isinstance(n, ast.Import):
             out.update(a.name for a in n.names)
         elif isinstance(n, ast.ImportFrom):
-            if n.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (n.level - 1)]
-                name = ".".join(base + ([n.module] if n.module else []))
-            else:
-                name = n.module or ""
+            name = _from_base(n, module, is_pkg)
             out.add(name)
             out.update(f"{name}.{a.name}" for a in n.names)
     return out
