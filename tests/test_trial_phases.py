@@ -93,6 +93,29 @@ def test_a_training_job_cannot_name_a_trial_on_its_worker_groups(database_url, t
     assert group.trial_id is None
 
 
+def test_event_lines_run_together_by_a_drivers_threads_are_each_taken(database_url, tmp_path):
+    service = job_service(database_url, tmp_path)
+    job_id = search_job(service)
+    t0 = time.time()
+    queued, running = trial_events(t0)[:2]
+    step = {"type": "phase", "seq": 6, "ts": t0 + 2, "phase": "first_step", "trial_id": "t_00000"}
+    lines = [
+        # print() writes a line and its newline apart: the search's event, then Ray's
+        # forwarded worker line, then both newlines.
+        f"{event_line(parse_event(queued))}\x1b[36m(RayTrainWorker pid=4242)\x1b[0m {event_line(parse_event(step))}",
+        "",
+        f"(run_trial pid=77) {event_line(parse_event(running))} [repeated 2x across cluster]",
+        "RAYDOCK_EVENT {not json",
+    ]
+    service.ingest.log(job_id, "\n".join(lines) + "\n", 0)
+    (trial,) = TrialService(service.sessions).trials(job_id)
+    assert trial.status == "RUNNING" and trial.start_phases == {"queued": 0.0, "first_step": 2.0}
+    with service.sessions() as s:
+        job = s.get(JobRow, job_id)
+        assert "first_step" in job.start_phases
+        assert job.dropped_events == 1 and "valid dictionary" in job.last_dropped_reason  # the broken one alone
+
+
 @pytest.fixture()
 def server(tmp_path):
     data = tmp_path / "data"
@@ -115,10 +138,12 @@ def test_a_clean_search_shows_its_trials_worker_groups_and_phases_over_http(serv
         headers={"Authorization": f"Bearer {TOKEN}", SUBMISSION_HEADER: SID},
     )
     assert pushed.status_code == 204, pushed.text
-    # The restarted worker's first step reaches the driver's log with Ray's prefix on it.
+    # The restarted worker's first step reaches the driver's log with Ray's prefix on it,
+    # run into one of the driver's own lines by its two threads writing at once.
     with service.sessions.begin() as s:
         s.get(JobRow, job_id).log_offset = 0
-    line = "(RayTrainWorker pid=4242) " + event_line(parse_event(events[-1])) + "\n"
+    own, worker = event_line(parse_event(events[1])), event_line(parse_event(events[-1]))
+    line = f"{own}(RayTrainWorker pid=4242) {worker}\n"
     assert service.ingest.log(job_id, line, 0) == len(line)
 
     with Client(proc.url) as client:

@@ -91,7 +91,8 @@ def mark(name: str, ts: float | None = None) -> None:
 
         events.emit(event, bound[1])
     else:
-        print(event_line(event), file=sys.stdout, flush=True)
+        sys.stdout.write(event_line(event) + "\n")  # one write: no other thread's text inside the line
+        sys.stdout.flush()
 
 
 def process_started_at() -> float:

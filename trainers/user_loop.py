@@ -38,6 +38,9 @@ def refusing_tune_calls(loop: Callable[..., Any], *args: Any) -> Any:
     """Run ``loop(*args)`` in a Train worker, failing at once, with a message naming
     ``trainable: function``, when it calls Tune's session API: Ray would only log a
     warning and the run would go on silent."""
+    from trainers.ray_compat import tune_session_calls_warn
+
+    tune_session_calls_warn()
     warnings.filterwarnings("error", message=TUNE_SESSION_WARNING, category=UserWarning)
     try:
         return loop(*args)
