@@ -255,8 +255,12 @@ def jsonable(value: Any) -> Any:
 
 
 def event_json(event: Event) -> str:
-    """The compact JSON of an event, as both channels carry it."""
-    return json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+    """The compact JSON of an event, as both channels carry it (a phase or worker group
+    that names no trial as it did before they could)."""
+    data = event.model_dump(mode="json")
+    if "trial_id" in data and data["trial_id"] is None:
+        del data["trial_id"]
+    return json.dumps(data, separators=(",", ":"))
 
 
 def event_line(event: Event) -> str:
