@@ -222,6 +222,11 @@ def test_a_pbt_search_draws_its_lineage_and_shows_the_best_replay(dash, sdk, tab
     assert page.locator("#lineage .node").count() == 2
     assert page.locator("#curves canvas").count() >= 1
     assert page.locator("#scatter circle.dot").count() == 2
+    # Each trial's start-up, and every trial's Train runs among the search's worker groups.
+    assert page.locator("#trial-phases tr[data-phase-trial]").count() == 2
+    assert all(page.locator("#trial-phases tr[data-phase-trial] td").nth(i * 4 + 3).inner_text() for i in range(2))
+    groups = page.locator("table", has=page.locator("th", has_text="Trial")).filter(has_text="trial 1")
+    assert "trial 0" in groups.inner_text()
     page.get_by_role("button", name="Show its replay spec").click()
     page.locator("#replay pre", has_text="kind: train").wait_for()
     tab.shot("search")
