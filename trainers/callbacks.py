@@ -95,8 +95,8 @@ if WorkerGroupCallback is not None:
 
 
 def run_seq(run: str, n: int) -> int:
-    """The ``n``-th event of the trial run ``run`` as a number of its own (48 bits: far
-    below the contract's bound, and two of a search's few hundred runs never share one)."""
+    """The ``n``-th event of the trial run ``run`` as a number of its own: 48 bits of a hash
+    (below the contract's bound; two of a thousand runs share one with odds of about 1e-8)."""
     return int.from_bytes(hashlib.blake2b(f"{run}/{n}".encode(), digest_size=6).digest(), "big")
 
 
