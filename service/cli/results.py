@@ -130,7 +130,9 @@ def trials(
     mark = "★" if (console.encoding or "").lower().startswith("utf") else "*"
     console.print(trials_table(found, best, unit, metric, mark, console.width))
     if (phases := phases_table(found)) is not None:
+        console.print()
         console.print(phases)
+        console.print()
     for e in lineage:
         console.print(
             escape(
