@@ -13,6 +13,7 @@ import io
 import os
 import shutil
 import tarfile
+import time
 from pathlib import Path
 
 import httpx
@@ -221,6 +222,11 @@ def test_a_pbt_search_draws_its_lineage_and_shows_the_best_replay(dash, sdk, tab
     assert page.locator("#lineage .node").count() == 2
     assert page.locator("#curves canvas").count() >= 1
     assert page.locator("#scatter circle.dot").count() == 2
+    # Each trial's start-up, and every trial's Train runs among the search's worker groups.
+    assert page.locator("#trial-phases tr[data-phase-trial]").count() == 2
+    assert all(page.locator("#trial-phases tr[data-phase-trial] td").nth(i * 4 + 3).inner_text() for i in range(2))
+    groups = page.locator("table", has=page.locator("th", has_text="Trial")).filter(has_text="trial 1")
+    assert "trial 0" in groups.inner_text()
     page.get_by_role("button", name="Show its replay spec").click()
     page.locator("#replay pre", has_text="kind: train").wait_for()
     tab.shot("search")
@@ -323,6 +329,38 @@ def test_the_job_log_shows_the_jobs_own_output_and_event_lines_on_request(browse
         assert log.inner_text().count("RAYDOCK_EVENT") == 3 and "(RayTrainWorker pid=4242)" in log.inner_text()
         assert page.inner_text("#log-info") == ""
         t.shot("job-log-events")
+        assert t.unexpected() == []
+    finally:
+        t.context.close()
+        server.stop()
+        service.sessions.kw["bind"].dispose()
+
+
+def test_a_searchs_page_shows_each_trials_start_up_and_restarts_and_its_trials_worker_groups(browser, tmp_path):
+    from tests.test_trial_phases import search_job, trial_events
+
+    data = tmp_path / "data"
+    data.mkdir()
+    url = f"sqlite:///{data / 'raydock.db'}"
+    service = job_service(url, data)  # no cluster: the search's events are taken in as its driver sends them
+    job_id = search_job(service)
+    service.ingest.take(job_id, trial_events(time.time()))
+    set_columns(service, job_id, status="SUCCEEDED", finished_at=utcnow())
+    server = ServerProcess(data, dead_ray(), extra_env={"RAYDOCK_DATABASE_URL": url}).start()
+    t = Tab(browser)
+    try:
+        page = t.page
+        page.goto(f"{server.url}/jobs/{job_id}")
+        start = page.locator("#trial-phases tr[data-phase-trial]").first
+        start.wait_for()
+        assert start.locator("td").all_inner_texts() == ["trial 0", "4 s", "6 s", "8 s"]
+        restart = page.locator("#exploit-phases tr[data-phase-trial]")
+        assert restart.count() == 1
+        assert restart.locator("td").all_inner_texts()[2:] == ["0.5 s", "3 s", "5 s", "6 s"]
+        groups = page.locator("table", has=page.locator("th", has_text="Trial")).filter(has_text="10.0.0.7")
+        groups.wait_for()
+        assert groups.locator("tbody tr").count() == 2 and "trial 0" in groups.inner_text()
+        t.shot("search-trial-phases")
         assert t.unexpected() == []
     finally:
         t.context.close()

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from api.client import Client
 from api.schemas import TuneSpec
 from service.scheduling import admission
-from tests.support.specs import search, user_spec
+from tests.support.specs import FIXTURES, search, user_spec
 
 FUNCTION = "userpkg.tune_fn:trainable"
 
@@ -54,6 +54,41 @@ def test_what_a_function_trainable_cannot_take_is_refused(change, words):
     spec["base"]["scaling"]["num_workers"] = {"min": 1, "max": 2}
     with pytest.raises(ValidationError, match="one process"):
         TuneSpec.model_validate(spec)
+
+
+def test_a_tune_function_run_as_a_train_loop_fails_at_its_first_tune_call_naming_trainable_function(monkeypatch):
+    from trainers.user_loop import TuneFunctionInTrainLoop, run_user_loop
+
+    monkeypatch.syspath_prepend(str(FIXTURES / "usercode"))
+    for _ in range(2):  # Ray warns once per process; every run of the loop fails all the same
+        with pytest.raises(TuneFunctionInTrainLoop) as refused:
+            run_user_loop("userpkg.tune_fn:reports_only", {"lr": 0.1})
+        assert "ray.tune.report()" in str(refused.value) and "`trainable: function`" in str(refused.value)
+    with pytest.raises(TuneFunctionInTrainLoop) as refused:
+        run_user_loop(FUNCTION, {"lr": 0.1})  # Ray Tune's own style: restores first, then loops for ever
+    assert "ray.tune.get_checkpoint()" in str(refused.value)
+    # A Train loop that never touches Tune's session runs as before.
+    assert run_user_loop("userpkg.tune_fn:boom_free", {"lr": 0.1}) == 0.1
+
+
+@pytest.mark.long  # a search on the cluster: its trial fails in seconds, not after first_report_timeout_s
+def test_a_tune_function_searched_as_a_train_loop_fails_in_seconds_saying_trainable_function(client: Client):
+    base = user_spec(FUNCTION, config={"lr": 0.01}, scaling={"num_workers": 1, "cpus_per_worker": 0.25})
+    spec = search(
+        base=base,
+        search_space={"config.lr": {"type": "loguniform", "low": 0.001, "high": 0.4}},
+        metric="loss",
+        mode="min",
+        num_trials=1,
+        budget={"reports": 8},
+        driver_cpus_per_trial=0.25,
+    )
+    job = client.submit(spec)
+    job.wait(timeout=300)
+    assert job.status.value == "FAILED"
+    (trial,) = job.trials()
+    assert trial.status == "ERROR" and "`trainable: function`" in (trial.error or "")
+    assert "`trainable: function`" in (job.info.error or "") and trial.reports == 0
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ file is deleted once the driver has read it).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from typing import Any
 
 from ray.train import UserCallback
@@ -26,7 +27,7 @@ from ray.train import UserCallback
 from api import object_store
 from api.schemas import CheckpointEvent, MetricEvent, WorkerFailureEvent, WorkerGroupEvent, WorkerNode
 from trainers import events, phases
-from trainers.launch import read_launch
+from trainers.launch import EventsChannel, read_launch
 from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback
 
 
@@ -66,11 +67,14 @@ def run_callbacks() -> list:
 if WorkerGroupCallback is not None:
 
     class WorkerGroupEvents(WorkerGroupCallback):
-        """One event per worker group start, its nodes in rank order."""
+        """One event per worker group start, its nodes in rank order. A search trial's
+        run names its trial, and numbers its events from its run name: the trials'
+        controllers share the search's sequence of worker groups and never meet."""
 
-        def __init__(self) -> None:
+        def __init__(self, channel: EventsChannel | None = None, trial_id: str | None = None, run: str = "") -> None:
             self.seq = 0
-            self.channel = read_launch().channel
+            self.channel = channel or read_launch().channel
+            self.trial_id, self.run = trial_id, run
 
         def before_init_train_context(self, workers) -> dict:
             phases.bind(self.channel)
@@ -82,10 +86,18 @@ if WorkerGroupCallback is not None:
             phases.mark("process_group_ready")
             metas = [worker.metadata for worker in worker_group.get_workers()]
             nodes = [WorkerNode(ip=meta.node_ip, node_id=meta.node_id) for meta in metas]
-            events.emit(
-                WorkerGroupEvent(type="worker_group", seq=self.seq, world_size=len(nodes), nodes=nodes), self.channel
+            seq = self.seq if self.trial_id is None else run_seq(self.run, self.seq)
+            event = WorkerGroupEvent(
+                type="worker_group", seq=seq, world_size=len(nodes), nodes=nodes, trial_id=self.trial_id
             )
+            events.emit(event, self.channel)
             self.seq += 1
+
+
+def run_seq(run: str, n: int) -> int:
+    """The ``n``-th event of the trial run ``run`` as a number of its own: 48 bits of a hash
+    (below the contract's bound; two of a thousand runs share one with odds of about 1e-8)."""
+    return int.from_bytes(hashlib.blake2b(f"{run}/{n}".encode(), digest_size=6).digest(), "big")
 
 
 if TrainContextCallback is not None:

@@ -147,13 +147,20 @@ def emit(event: Event, channel: EventsChannel | None = None) -> None:
     if not event.ts:
         event = event.model_copy(update={"ts": time.time()})
     line = event_line(event)
-    print(line, file=sys.stdout, flush=True)
+    write_line(line)
     channel = channel or read_launch().channel
     if channel.url:
         with _pusher_lock:
             if _pusher is None:
                 _pusher = _Pusher(channel.url, channel.token, channel.submission_id)
         _pusher.q.put(line[line.index("{") :].encode())  # the JSON after the marker
+
+
+def write_line(line: str) -> None:
+    """One line on stdout in one write: ``print`` writes the text and the newline apart,
+    and another thread's line (Ray forwarding a worker's output) may land in between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def flush() -> None:

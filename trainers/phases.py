@@ -49,6 +49,7 @@ PHASES: tuple[str, ...] = PHASE_NAMES
 _lock = threading.Lock()
 _marked: set[str] = set()
 _channel: tuple[int, EventsChannel] | None = None  # (pid that bound it, channel)
+_trial: str | None = None  # the search trial this process's marks belong to
 
 
 def bind(channel: EventsChannel) -> None:
@@ -57,6 +58,15 @@ def bind(channel: EventsChannel) -> None:
     does not survive a fork)."""
     global _channel
     _channel = (os.getpid(), channel)
+
+
+def for_trial(trial_id: str) -> None:
+    """This process is a Train worker of search trial ``trial_id``: its marks name the
+    trial (each trial's start-up, and each restart after an exploit, is its own)."""
+    global _trial
+    with _lock:
+        _trial = trial_id
+        _marked.clear()
 
 
 def mark(name: str, ts: float | None = None) -> None:
@@ -73,14 +83,16 @@ def mark(name: str, ts: float | None = None) -> None:
         if name in _marked:
             return
         _marked.add(name)
-    event = PhaseEvent(type="phase", seq=PHASES.index(name), phase=name, ts=time.time() if ts is None else ts)
+    ts = time.time() if ts is None else ts
+    event = PhaseEvent(type="phase", seq=PHASES.index(name), phase=name, ts=ts, trial_id=_trial)
     bound = _channel
     if bound is not None and bound[0] == os.getpid():
         from trainers import events  # the pusher: only where a channel is bound
 
         events.emit(event, bound[1])
     else:
-        print(event_line(event), file=sys.stdout, flush=True)
+        sys.stdout.write(event_line(event) + "\n")  # one write: no other thread's text inside the line
+        sys.stdout.flush()
 
 
 def process_started_at() -> float:

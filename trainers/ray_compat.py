@@ -1,8 +1,9 @@
 """The one seam between raydock and Ray Train's internals (``ray.train.v2._internal``).
 
-Three things raydock needs have no public API in Ray 2.60: hooks when a worker group
-starts, a hook in each worker as it reports, and a way to hand a run its starting
-checkpoint (Train V2 dropped ``resume_from_checkpoint``). Everything else imports Ray's public surface only; when a
+Things raydock needs have no public API in Ray 2.60: hooks when a worker group
+starts, a hook in each worker as it reports, a way to hand a run its starting
+checkpoint (Train V2 dropped ``resume_from_checkpoint``), and Tune's once-per-process
+warning about its session API, re-armed. Everything else imports Ray's public surface only; when a
 Ray upgrade moves these, this module is the one place to change.
 """
 
@@ -33,6 +34,17 @@ def seed_checkpoint(checkpoint: Any) -> None:
     with ctx.report_order_condition:
         if ctx.checkpoint is None:
             ctx.checkpoint = checkpoint
+
+
+def tune_session_calls_warn() -> None:
+    """Make the next call of Tune's session API (``tune.report``, ``tune.get_checkpoint``)
+    with no Tune session warn, as its first call in a process does: Ray warns once per
+    process and name (``trainers.user_loop`` turns that warning into the loop's error)."""
+    from ray.train._internal.session import SESSION_MISUSE_LOG_ONCE_KEY
+    from ray.util.debug import reset_log_once
+
+    for name in ("report", "get_checkpoint"):
+        reset_log_once(f"{SESSION_MISUSE_LOG_ONCE_KEY}-{name}")
 
 
 # ----------------------------------------------------------------------------- local ranks

@@ -119,7 +119,7 @@ def experiment_path(storage_path: str, job_id: str) -> str:
     return f"{storage_path.rstrip('/')}/{job_id}"
 
 
-def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> Any:
+def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None) -> Any:
     """``run_trial`` with the search's spec, the trials' run storage, its population
     (which ``out`` hands the driver's callback too) and the trial's CPUs."""
     if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
@@ -136,11 +136,12 @@ def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents)
         spec=spec.model_dump(mode="json"),
         storage_path=trial_runs_path(storage_path, job_id),
         population=out.population,
+        channel=channel,
     )
     return tune.with_resources(fn, {"cpu": spec.driver_cpus_per_trial})
 
 
-def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents) -> tune.Tuner:
+def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None) -> tune.Tuner:
     """A new search, or, when the job's storage holds one (a resumed job), that search
     where it stopped: finished and failed trials stay so, the others go on from their
     last checkpoints with their values and the scheduler's state."""
@@ -148,12 +149,14 @@ def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvent
         random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
     path = experiment_path(storage_path, job_id)
     if tune.Tuner.can_restore(path):
-        return tune.Tuner.restore(path, trainable=trainable(spec, job_id, storage_path, out), resume_unfinished=True)
+        return tune.Tuner.restore(
+            path, trainable=trainable(spec, job_id, storage_path, out, channel), resume_unfinished=True
+        )
     # Grid points each run num_trials / grid_size times (Tune's num_samples).
     samples = spec.num_trials // spec.grid_size
     search_alg = searcher(spec)
     return tune.Tuner(
-        trainable(spec, job_id, storage_path, out),
+        trainable(spec, job_id, storage_path, out, channel),
         param_space=param_space(spec),
         tune_config=tune.TuneConfig(
             metric=spec.metric,

@@ -22,7 +22,7 @@ from api import object_store
 from api.schemas import CheckpointEvent, FailureCause, StartedEvent, TuneSpec, jsonable
 from trainers import events, phases
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, classify, report_failure
-from trainers.launch import take_launch
+from trainers.launch import EventsChannel, take_launch
 from trainers.zygote import pool
 from tuning.search import build_tuner, trial_runs_path
 from tuning.search_events import SearchEvents, reported
@@ -45,10 +45,10 @@ def main() -> int:
     phases.mark("driver_started", phases.process_started_at())
     spec = TuneSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))
-    return run_search(spec, launch.job_id, launch.storage_path)
+    return run_search(spec, launch.job_id, launch.storage_path, launch.channel)
 
 
-def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
+def run_search(spec: TuneSpec, job_id: str, storage_path: str, channel: EventsChannel | None = None) -> int:
     out = SearchEvents(spec.metric, spec.mode, key=job_id)
     out.first_report_timeout_s = spec.first_report_timeout_s
     if spec.algorithm in ("pbt", "pb2") and not restores_from_checkpoint(spec.base):
@@ -56,7 +56,7 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str) -> int:
         print(out.note, file=sys.stderr, flush=True)
     try:
         ray.init(address="auto", log_to_driver=True)
-        results = build_tuner(spec, job_id, storage_path, out).fit()
+        results = build_tuner(spec, job_id, storage_path, out, channel).fit()
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1

@@ -24,9 +24,13 @@ from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
 from api.schemas import REPORTS_UNIT, TrainSpec, TuneSpec
+from trainers import callbacks as run_callbacks
+from trainers import phases
 from trainers.failures import TrialFailed, classify
-from trainers.ray_compat import seed_checkpoint
+from trainers.launch import EventsChannel
+from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback, seed_checkpoint
 from trainers.trainer import build_trainer, load_entrypoint
+from trainers.user_loop import refusing_tune_calls
 from tuning.population import Alignment
 
 POLL_S = 0.2
@@ -45,25 +49,39 @@ class ForwardReports(UserCallback):
         self.queue.put((dict(metrics[0]) if metrics else {}, checkpoint))
 
 
-def start_from(loop: Callable, checkpoint: ray.train.Checkpoint | None, config: dict) -> Any:
+def start_from(loop: Callable, checkpoint: ray.train.Checkpoint | None, trial_id: str, config: dict) -> Any:
     """A Train worker's entry: make ``ray.train.get_checkpoint()`` return the trial's
     starting checkpoint until the run has one of its own, then run ``loop``."""
+    phases.for_trial(trial_id)
     if checkpoint is not None:
         # Train V2 dropped `resume_from_checkpoint`; a retried worker group gets the
         # run's own latest checkpoint, which this leaves alone.
         seed_checkpoint(checkpoint)
     takes_config = len(inspect.signature(loop).parameters) > 0
-    return loop(config) if takes_config else loop()
+    return refusing_tune_calls(loop, config) if takes_config else refusing_tune_calls(loop)
 
 
 def trial_trainer(
-    spec: TrainSpec, run_name: str, storage_path: str, queue: Queue, start: ray.train.Checkpoint | None
+    spec: TrainSpec,
+    run_name: str,
+    storage_path: str,
+    queue: Queue,
+    start: ray.train.Checkpoint | None,
+    trial_id: str = "",
+    channel: EventsChannel | None = None,
 ) -> TorchTrainer:
     """The job's own trainer for ``spec`` (``trainers.trainer.build_trainer``), with the
-    trial's report forwarding, its starting checkpoint and every checkpoint kept."""
+    trial's report forwarding, its starting checkpoint and every checkpoint kept; with
+    the search's events ``channel``, its worker groups and first step go to the server."""
     job_trainer = build_trainer(spec, run_name, storage_path)
+    callbacks: list = [ForwardReports(queue)]
+    if channel is not None:
+        if WorkerGroupCallback is not None:
+            callbacks.append(run_callbacks.WorkerGroupEvents(channel, trial_id, run_name))
+        if TrainContextCallback is not None:
+            callbacks.append(run_callbacks.FirstReport())
     return TorchTrainer(
-        _partial(start_from, job_trainer.train_loop_per_worker, start),
+        _partial(start_from, job_trainer.train_loop_per_worker, start, trial_id),
         train_loop_config=job_trainer.train_loop_config,
         datasets=job_trainer.datasets or None,
         dataset_config=job_trainer.data_config,
@@ -71,7 +89,7 @@ def trial_trainer(
         run_config=RunConfig(
             name=run_name,
             storage_path=storage_path,
-            callbacks=[ForwardReports(queue)],
+            callbacks=callbacks,
             # Tune copies each reported checkpoint; one dropped here before the copy
             # would lose it, so the run keeps all (a trial's run is short-lived).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
@@ -92,14 +110,21 @@ def restores_from_checkpoint(spec: TrainSpec) -> bool:
     return "get_checkpoint" in source
 
 
-def _partial(fn: Callable, loop: Callable, checkpoint) -> Callable[[dict], Any]:
+def _partial(fn: Callable, loop: Callable, checkpoint, trial_id: str) -> Callable[[dict], Any]:
     def train_loop_per_worker(config: dict) -> Any:
-        return fn(loop, checkpoint, config)
+        return fn(loop, checkpoint, trial_id, config)
 
     return train_loop_per_worker
 
 
-def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str, population=None) -> None:
+def run_trial(
+    config: dict[str, Any],
+    *,
+    spec: dict[str, Any],
+    storage_path: str,
+    population=None,
+    channel: EventsChannel | None = None,
+) -> None:
     """The trainable: ``config`` holds this trial's values (dotted path -> value)."""
     search = TuneSpec.model_validate(spec)
     trial_spec = search.trial_spec(config)
@@ -110,7 +135,7 @@ def run_trial(config: dict[str, Any], *, spec: dict[str, Any], storage_path: str
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     start = tune.get_checkpoint()
-    trainer = trial_trainer(trial_spec, run_name, storage_path, queue, start)
+    trainer = trial_trainer(trial_spec, run_name, storage_path, queue, start, trial_id, channel)
     # Tune's count of this trial's reports (its training_iteration) goes on from the
     # checkpoint it restarts from; each checkpoint carries the count it was reported at.
     reports = int((start.get_metadata() if start is not None else {}).get(REPORTS_KEY, 0))

@@ -17,6 +17,7 @@ class WorkerGroupPublic(BaseModel):
     ts: float = Field(description="Unix time the worker group started.")
     world_size: int = Field(description="Number of workers in the group.")
     nodes: list[WorkerPlacement] = Field(description="Where each worker runs, in rank order.")
+    trial_id: str | None = Field(default=None, description="The search trial whose Train run it is (searches).")
 
 
 class NodeTypeCapacity(BaseModel):

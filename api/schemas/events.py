@@ -137,6 +137,7 @@ class WorkerGroupEvent(Event):
     type: Literal["worker_group"]
     world_size: Annotated[int, Field(ge=0, le=1_000_000)]
     nodes: Annotated[list[WorkerNode], Field(max_length=100_000)]
+    trial_id: Id | None = Field(default=None, description="The search trial whose Train run started this group.")
 
 
 # A job's start-up phases, in the order they happen; the meaning of each is in
@@ -163,6 +164,7 @@ class PhaseEvent(Event):
 
     type: Literal["phase"]
     phase: Phase
+    trial_id: Id | None = Field(default=None, description="The search trial whose Train worker marked it.")
 
 
 class TrialMetricEvent(Event):
@@ -253,8 +255,12 @@ def jsonable(value: Any) -> Any:
 
 
 def event_json(event: Event) -> str:
-    """The compact JSON of an event, as both channels carry it."""
-    return json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+    """The compact JSON of an event, as both channels carry it (a phase or worker group
+    that names no trial as it did before they could)."""
+    data = event.model_dump(mode="json")
+    if "trial_id" in data and data["trial_id"] is None:
+        del data["trial_id"]
+    return json.dumps(data, separators=(",", ":"))
 
 
 def event_line(event: Event) -> str:

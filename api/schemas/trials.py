@@ -23,6 +23,21 @@ def better(value: float, than: float, mode: Literal["min", "max"] | None) -> boo
     return value > than if mode == "max" else value < than
 
 
+class ExploitPhases(BaseModel):
+    """A trial's restart after one PBT exploit, each phase in seconds after the decision
+    (None until reached)."""
+
+    at: float = Field(description="Unix time PBT decided the trial clones its donor.")
+    paused: float | None = Field(default=None, description="The trial's run was stopped (PAUSED or PENDING).")
+    restored: float | None = Field(
+        default=None,
+        description="The trial runs again from the donor's checkpoint: its new Train worker group is up "
+        "(a function trainable: its new process started).",
+    )
+    first_step: float | None = Field(default=None, description="Rank 0 finished its first step after the restore.")
+    first_metric: float | None = Field(default=None, description="The trial's first report after the restore.")
+
+
 class TrialPublic(BaseModel):
     trial_id: str = Field(description="Tune's id of the trial.")
     status: str = Field(description="PENDING, RUNNING, PAUSED, TERMINATED or ERROR (CANCELLED once the job was).")
@@ -41,6 +56,16 @@ class TrialPublic(BaseModel):
         default=None,
         description="Seconds from the trial's start (the search driver saw it RUNNING) to its first report stored: "
         "the trial's own start-up.",
+    )
+    start_phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="The trial's start-up phases reached so far, in seconds after it was queued: queued, placed "
+        "(its Train worker group is up; a function trainable: its process started), first_step (rank 0's first "
+        "step; a function trainable: its first report) and first_metric (its first report).",
+    )
+    exploit_phases: list[ExploitPhases] = Field(
+        default_factory=list,
+        description="Each restart after a PBT exploit (the latest 100), oldest first.",
     )
 
 

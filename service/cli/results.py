@@ -129,6 +129,10 @@ def trials(
         return
     mark = "★" if (console.encoding or "").lower().startswith("utf") else "*"
     console.print(trials_table(found, best, unit, metric, mark, console.width))
+    if (phases := phases_table(found)) is not None:
+        console.print()
+        console.print(phases)
+        console.print()
     for e in lineage:
         console.print(
             escape(
@@ -178,6 +182,37 @@ def trials_table(
         cells += [Text(num(t.best_metric)), cut(_note(t), style="dim")]
         table.add_row(*cells, style="bold" if t.trial_id == best_id else None)
     return table
+
+
+PHASE_COLUMNS = ("paused", "placed", "first_step", "first_metric")
+
+
+def phases_table(found: list[TrialPublic]) -> Table | None:
+    """Each trial's start-up in seconds after it was queued, and each restart after a PBT
+    exploit in seconds after the decision (its new run placed: restored); None before
+    any trial was placed."""
+    if not any(len(t.start_phases) > 1 for t in found):
+        return None
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False, title_justify="left")
+    table.title = "start-up, s after queued (after an exploit: after its decision)"
+    table.add_column("TRIAL", no_wrap=True)
+    table.add_column("FROM", no_wrap=True)
+    for name in PHASE_COLUMNS:
+        table.add_column(name.replace("_", " ").upper(), no_wrap=True, justify="right")
+    for t in found:
+        name = cut(trial_name(t.trial_id))
+        table.add_row(name, "queued", *(num(t.start_phases.get(k)) for k in PHASE_COLUMNS))
+        for n, e in enumerate(t.exploit_phases, 1):
+            values = {"paused": e.paused, "placed": e.restored, "first_step": e.first_step}
+            values["first_metric"] = e.first_metric
+            table.add_row(name, f"exploit {n}", *(num(values[k]) for k in PHASE_COLUMNS))
+    return table
+
+
+def trial_name(trial_id: str) -> str:
+    """Tune's ids end in the trial's number (``..._00003``): ``trial 3``."""
+    head, _, tail = trial_id.rpartition("_")
+    return f"trial {int(tail)}" if head and tail.isdigit() else trial_id
 
 
 def _short_values(config: dict[str, Any]) -> str:

@@ -63,6 +63,7 @@ class WorkerGroupRow(EventKey, Base):
     ts: Mapped[float] = mapped_column(Float)
     world_size: Mapped[int] = mapped_column(Integer)
     nodes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    trial_id: Mapped[str | None] = mapped_column(String(64))  # a search trial's Train run
 
 
 class TrialMetricRow(EventKey, Base):
@@ -153,6 +154,8 @@ class TrialRow(Base):
     # seconds after that the server stored its first report: a trial's own start-up.
     started_ts: Mapped[float | None] = mapped_column(Float)
     first_metric_s: Mapped[float | None] = mapped_column(Float)
+    # Its start-up phases and those of each restart after an exploit (service/events/trial_phases.py).
+    phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class SearchResultRow(Base):

@@ -83,22 +83,35 @@ WRITERS: dict[type, Writer] = {
 }
 
 
+_decoder = json.JSONDecoder()
+
+
 def parse_log_events(text: str) -> list[Any]:
-    """The raw events in log text: whatever follows the marker on each line, decoded
-    (undecodable ones as the text itself, so they are counted as dropped)."""
+    """The raw events in log text: the JSON value after each marker, decoded (undecodable
+    ones as the text itself, so they are counted as dropped). A line may hold more than
+    one: a driver's threads write to one stream (its own events, and the workers' lines
+    Ray forwards, each ``print`` two writes), so one line can end where another begins,
+    ``(RayTrainWorker pid=1) RAYDOCK_EVENT {...}RAYDOCK_EVENT {...}``. What follows a
+    value up to the next marker is not the event's (Ray's ``[repeated 2x across cluster]``)."""
     out: list[Any] = []
     for line in text.splitlines():
         at = line.find(MARKER)
-        if at < 0:
+        if at >= 0 and len(line) - at > MAX_LINE:
+            out.append(f"<event line of {len(line) - at} characters>")
             continue
-        body = line[at + len(MARKER) :].strip()
-        if len(body) > MAX_LINE:
-            out.append(f"<event line of {len(body)} characters>")
-            continue
-        try:
-            out.append(json.loads(body))
-        except (json.JSONDecodeError, RecursionError):
-            out.append(body[:MAX_REASON])
+        while at >= 0:
+            start = at + len(MARKER)
+            while start < len(line) and line[start].isspace():
+                start += 1
+            try:
+                value, end = _decoder.raw_decode(line, start)
+            except (json.JSONDecodeError, RecursionError):
+                nxt = line.find(MARKER, start)
+                out.append(line[start : nxt if nxt >= 0 else len(line)].strip()[:MAX_REASON])
+                at = nxt
+                continue
+            out.append(value)
+            at = line.find(MARKER, end)  # a marker inside the value is the value's text
     return out
 
 

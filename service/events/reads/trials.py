@@ -24,6 +24,7 @@ from api.schemas import (
 from api.schemas.trials import better, metric_value
 from service.db.event_models import CheckpointRow, ExploitRow, SearchResultRow, TrialMetricRow, TrialRow
 from service.db.models import JobRow
+from service.events import trial_phases
 from service.events.reads.replay import Exploit, replay_spec
 from service.stored.specs import stored_search
 
@@ -203,6 +204,7 @@ def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
     stopped_early = (
         status == TrialStatus.TERMINATED and amount is not None and r.last_time is not None and r.last_time < amount
     )
+    start_phases, exploit_phases = trial_phases.public(r, search.trainable == "function")
     return TrialPublic(
         trial_id=r.trial_id,
         status=status.value,
@@ -215,6 +217,8 @@ def _trial_public(job: JobRow, search: TuneSpec, r: TrialRow) -> TrialPublic:
         error=r.error,
         note=r.note,
         first_metric_s=r.first_metric_s,
+        start_phases=start_phases,
+        exploit_phases=exploit_phases,
     )
 
 

@@ -32,6 +32,7 @@ def worker_groups(sessions: sessionmaker, job_id: str) -> list[WorkerGroupPublic
                 ts=r.ts,
                 world_size=r.world_size,
                 nodes=[WorkerPlacement(**n) for n in r.nodes or []],
+                trial_id=r.trial_id,
             )
             for r in rows
         ]

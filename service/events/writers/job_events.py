@@ -25,6 +25,7 @@ from service.db.models import count
 from service.eventlog.log import job_may_log, record
 from service.events import limits, phases
 from service.events.limits import room
+from service.events.writers import search_events
 from service.events.writers.batch import Batch, as_int
 
 
@@ -69,6 +70,8 @@ def metric(b: Batch, event: MetricEvent) -> None:
 
 def phase(b: Batch, event: PhaseEvent) -> None:
     phases.take(b.job, event)
+    if event.trial_id is not None and event.phase == "first_step":
+        search_events.trial_mark(b, event.trial_id, "first_step", event.ts)
 
 
 def checkpoint(b: Batch, event: CheckpointEvent) -> None:
@@ -118,7 +121,11 @@ def worker_group(b: Batch, event: WorkerGroupEvent) -> None:
     if b.seen(WorkerGroupRow, event.seq):
         return
     room(b.limits, job, "worker_groups")
-    _log_resize(b, event.world_size)  # before the new row: it compares with the last
+    trial_id = event.trial_id if job.kind == "tune" else None
+    if trial_id is not None:
+        search_events.trial_mark(b, trial_id, "placed", event.ts)
+    else:
+        _log_resize(b, event.world_size)  # before the new row: it compares with the last
     s.add(
         WorkerGroupRow(
             job_id=job.id,
@@ -128,6 +135,7 @@ def worker_group(b: Batch, event: WorkerGroupEvent) -> None:
             seq=job.worker_groups_stored,
             world_size=event.world_size,
             nodes=[n.model_dump() for n in event.nodes],
+            trial_id=trial_id,
         )
     )
     b.stored_now(WorkerGroupRow, event.seq)

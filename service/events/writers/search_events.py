@@ -15,7 +15,7 @@ from api.schemas import TrialStatus
 from api.schemas.events import BestTrialEvent, ExploitEvent, TrialEvent, TrialMetricEvent
 from api.schemas.trials import better, metric_value
 from service.db.event_models import ExploitRow, SearchResultRow, TrialMetricRow, TrialRow
-from service.events import limits, phases
+from service.events import limits, phases, trial_phases
 from service.events.limits import Dropped, room
 from service.events.writers.batch import Batch, as_int
 
@@ -82,6 +82,7 @@ def trial_metric(b: Batch, event: TrialMetricEvent) -> None:
             config=event.config,
         )
     )
+    trial_phases.note(row, "first_metric", event.ts)
     if row.reports == 0 and row.started_ts is not None:
         row.first_metric_s = round(max(time.time() - row.started_ts, 0.0), 3)
     phases.first_metric(job)  # a no-op after the attempt's first report (a dict lookup)
@@ -99,6 +100,7 @@ def trial_metric(b: Batch, event: TrialMetricEvent) -> None:
 def trial(b: Batch, event: TrialEvent) -> None:
     job = b.job
     row = trial_row(b, event.trial_id)
+    trial_phases.status(row, event.status, event.ts)  # by its time: a late status still marks its phase
     if (job.attempt, event.seq) <= (row.event_attempt, row.event_seq):
         return  # a late, older status must not roll the trial back
     row.event_attempt, row.event_seq = job.attempt, event.seq
@@ -139,6 +141,14 @@ def exploit(b: Batch, event: ExploitEvent) -> None:
         )
     )
     row.exploits += 1
+    trial_phases.exploited(row, event.ts)
+
+
+def trial_mark(b: Batch, trial_id: str, mark: str, ts: float) -> None:
+    """A phase of a search trial that its Train run marked (its worker group placed, its
+    first step); from a job of another kind the trial is ignored."""
+    if b.job.kind == "tune":
+        trial_phases.note(trial_row(b, trial_id), mark, ts)
 
 
 @search_event

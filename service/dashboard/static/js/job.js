@@ -8,6 +8,7 @@ import { navigate, every } from "./router.js";
 import { MetricCharts } from "./charts.js";
 import { logPanel } from "./joblog.js";
 import { searchSections } from "./search.js";
+import { short } from "./lineage.js";
 import { toYaml } from "./yaml.js";
 
 const REFRESH_MS = 3000;
@@ -221,6 +222,7 @@ function drawGroups(el, job, wgs) {
   const restarts = (job.restarts || []).map((r) =>
     h("tr", {}, h("td", { class: "num" }, String(r.attempt)), h("td", {}, when(new Date(r.at * 1000).toISOString())), h("td", { class: "small" }, r.reason)),
   );
+  const trials = wgs.some((g) => g.trial_id); // a search: each trial's Train runs start their own
   const groups = wgs.map((g) => {
     const nodes = {};
     for (const n of g.nodes) nodes[n.ip] = (nodes[n.ip] || 0) + 1;
@@ -229,6 +231,7 @@ function drawGroups(el, job, wgs) {
       {},
       h("td", { class: "num" }, String(g.seq)),
       h("td", { class: "num" }, String(g.attempt)),
+      trials ? h("td", { class: "mono", title: g.trial_id || "" }, g.trial_id ? short(g.trial_id) : "") : null,
       h("td", {}, when(new Date(g.ts * 1000).toISOString())),
       h("td", { class: "num" }, String(g.world_size)),
       h("td", { class: "mono small" }, Object.entries(nodes).map(([ip, n]) => `${ip} ×${n}`).join(", ")),
@@ -239,7 +242,7 @@ function drawGroups(el, job, wgs) {
     h("p", {}, `${job.attempt} attempt${job.attempt === 1 ? "" : "s"}, ${job.restarts_total} restart${job.restarts_total === 1 ? "" : "s"} from checkpoint.`),
     restarts.length ? [h("h3", {}, "Restarts"), table([{ label: "Attempt", cls: "num" }, "When", "Why"], restarts)] : null,
     h("h3", {}, "Worker groups"),
-    table([{ label: "#", cls: "num" }, { label: "Attempt", cls: "num" }, "Started", { label: "Workers", cls: "num" }, "Nodes"], groups, { empty: "No worker group has started yet." }),
+    table([{ label: "#", cls: "num" }, { label: "Attempt", cls: "num" }, ...(trials ? ["Trial"] : []), "Started", { label: "Workers", cls: "num" }, "Nodes"], groups, { empty: "No worker group has started yet." }),
   );
 }
 

@@ -2,7 +2,7 @@
 // against the metric, PBT's lineage graph, and the best trial with its replay spec.
 
 import { get, ApiError } from "./api.js";
-import { h, replace, panel, table, badge, num, facts, TERMINAL } from "./dom.js";
+import { h, replace, panel, table, badge, num, facts, when, TERMINAL } from "./dom.js";
 import { handleError } from "./frame.js";
 import { every } from "./router.js";
 import { curvesChart, isNumber } from "./charts.js";
@@ -22,12 +22,14 @@ export async function searchSections(el, currentJob, signal) {
   const trialsBox = h("div", {}, h("p", { class: "muted" }, "Loading trials…"));
   const curvesBox = h("div", { id: "curves" });
   const scatterBox = h("div", { id: "scatter" });
+  const phasesBox = h("div", { id: "trial-phases" });
   const lineageBox = h("div", { id: "lineage-box" });
   const bestBox = h("div", { id: "best" });
   replace(
     el,
     panel(`Trials · ${spec.algorithm || "search"} on ${metric} (${spec.mode})`, trialsBox),
     h("div", { class: "grid2" }, panel(`${metric} of every trial`, curvesBox), panel(`Searched values against ${metric}`, scatterBox)),
+    panel("Start-up of each trial", phasesBox),
     panel("PBT lineage", lineageBox),
     panel("Best trial", bestBox),
   );
@@ -48,6 +50,7 @@ export async function searchSections(el, currentJob, signal) {
       }
     }
     replace(trialsBox, trialTable(trials, best, metric));
+    replace(phasesBox, phaseTables(trials));
     for (const t of trials.slice(0, MAX_CURVES)) {
       const known = (series[t.trial_id] ||= { since: -1, points: [] });
       if (t.reports === known.points.length) continue;
@@ -108,6 +111,43 @@ function trialTable(trials, best, metric) {
     rows,
     { empty: "No trial has started yet." },
   );
+}
+
+// Seconds after the trial was queued (start) or after PBT's exploit decision (restarts).
+const secs = (v) => (v === null || v === undefined ? "" : `${num(v)} s`);
+
+function phaseTables(trials) {
+  const starts = trials.map((t) =>
+    h(
+      "tr",
+      { dataset: { phaseTrial: t.trial_id } },
+      h("td", { class: "mono", title: t.trial_id }, short(t.trial_id)),
+      ["placed", "first_step", "first_metric"].map((k) => h("td", { class: "num" }, secs(t.start_phases?.[k]))),
+    ),
+  );
+  const restarts = trials.flatMap((t) =>
+    (t.exploit_phases || []).map((e) =>
+      h(
+        "tr",
+        { dataset: { phaseTrial: t.trial_id } },
+        h("td", { class: "mono", title: t.trial_id }, short(t.trial_id)),
+        h("td", {}, when(new Date(e.at * 1000).toISOString())),
+        ["paused", "restored", "first_step", "first_metric"].map((k) => h("td", { class: "num" }, secs(e[k]))),
+      ),
+    ),
+  );
+  const n = { cls: "num" };
+  return [
+    h("p", { class: "muted" }, "Seconds after the trial was queued: its Train workers placed, rank 0's first step, its first report."),
+    table(["Trial", { label: "Placed", ...n }, { label: "First step", ...n }, { label: "First metric", ...n }], starts, { empty: "No trial has started yet." }),
+    restarts.length
+      ? [
+          h("h3", {}, "Restarts after PBT exploits"),
+          h("p", { class: "muted" }, "Seconds after PBT decided the clone: the trial's run stopped, restored from the donor, its first step and report after."),
+          h("div", { id: "exploit-phases" }, table(["Trial", "Decided", { label: "Paused", ...n }, { label: "Restored", ...n }, { label: "First step", ...n }, { label: "First metric", ...n }], restarts)),
+        ]
+      : null,
+  ];
 }
 
 // One searched value against the trials' best metric; a log axis when the values span decades.
