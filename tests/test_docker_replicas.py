@@ -74,7 +74,9 @@ def test_haproxy_checks_healthz_and_retries_only_what_is_safe_to_send_twice():
     assert directive(sections["frontend api"], "bind") == [":8000"]
     assert directive(sections["frontend api"], "default_backend") == ["replicas"]
     # Health: a replica is sent requests while GET /healthz answers 200 (its store answers).
-    assert directive(backend, "option httpchk") == ["GET /healthz"]
+    assert directive(backend, "option httpchk") == [""]
+    (send,) = directive(backend, "http-check send")
+    assert re.search(r"\bmeth GET uri /healthz\b", send) and "hdr Host " in send
     assert directive(backend, "http-check expect") == ["status 200"]
     # Retries go to another replica.
     assert int(directive(defaults, "retries")[0]) >= 2
