@@ -3,8 +3,9 @@ whether Ray answers (jobs wait while it does not, so it is reported, not require
 which background units it runs (a standby holds none and is as ready).
 
 Anyone may ask, so asking is cheap and bounded: one answer serves every caller for
-``cache_s``; each check has ``timeout_s``; a check that has not come back is not started
-again (a hung database costs one thread, however often the probe asks)."""
+``cache_s``; the checks run side by side, each within its bound (the answer comes within
+the longer, 1.5 s, inside a proxy's 3 s check); a check that has not come back is not
+started again (a hung database costs one thread, however often the probe asks)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from sqlalchemy.engine import Engine
 from api.schemas import HealthPublic
 
 CACHE_S = 1.0  # one answer serves every probe and caller this long
-TIMEOUT_S = 2.0  # each check's bound: a probe's own timeout is longer (docker/, kuberay/)
+STORE_TIMEOUT_S = 1.5  # the store's bound: a probe's own timeout is longer (docker/, kuberay/)
+RAY_TIMEOUT_S = 1.0  # Ray's: a cluster that does not answer never makes the probe late
 
 
 class Answers(Protocol):
@@ -30,11 +32,9 @@ class Holds(Protocol):
 
 
 class Health:
-    def __init__(
-        self, engine: Engine, ray: Answers, runner: Holds, cache_s: float = CACHE_S, timeout_s: float = TIMEOUT_S
-    ) -> None:
+    def __init__(self, engine: Engine, ray: Answers, runner: Holds, cache_s: float = CACHE_S) -> None:
         self.engine, self.ray, self.runner = engine, ray, runner
-        self.cache_s, self.timeout_s = cache_s, timeout_s
+        self.cache_s = cache_s
         self._last: tuple[float, HealthPublic] | None = None
         self._checks: dict[str, asyncio.Future] = {}  # each check under way
         self._lock: asyncio.Lock | None = None
@@ -46,7 +46,8 @@ class Health:
             if self._last is not None and time.monotonic() - self._last[0] < self.cache_s:
                 return self._last[1]
             store, ray = await asyncio.gather(
-                self._within("store", self._store_answers), self._within("ray", self._ray_answers)
+                self._within("store", self._store_answers, STORE_TIMEOUT_S),
+                self._within("ray", self._ray_answers, RAY_TIMEOUT_S),
             )
             report = HealthPublic(
                 status="ok" if store else "unavailable", store=store, ray=ray, leases=self.runner.held()
@@ -54,12 +55,12 @@ class Health:
             self._last = (time.monotonic(), report)
             return report
 
-    async def _within(self, name: str, check: Callable[[], bool]) -> bool:
+    async def _within(self, name: str, check: Callable[[], bool], timeout_s: float) -> bool:
         running = self._checks.get(name)
         if running is None or running.done():
             running = self._checks[name] = asyncio.ensure_future(asyncio.to_thread(check))
         try:
-            return bool(await asyncio.wait_for(asyncio.shield(running), self.timeout_s))
+            return bool(await asyncio.wait_for(asyncio.shield(running), timeout_s))
         except Exception:  # noqa: BLE001 - a check that failed or did not come back in time: "no"
             return False
 
@@ -68,4 +69,4 @@ class Health:
             return c.execute(text("SELECT 1")).scalar() == 1
 
     def _ray_answers(self) -> bool:
-        return self.ray.answers(self.timeout_s)
+        return self.ray.answers(RAY_TIMEOUT_S)

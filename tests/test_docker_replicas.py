@@ -78,6 +78,7 @@ def test_haproxy_checks_healthz_and_retries_only_what_is_safe_to_send_twice():
     (send,) = directive(backend, "http-check send")
     assert re.search(r"\bmeth GET uri /healthz\b", send) and "hdr Host " in send
     assert directive(backend, "http-check expect") == ["status 200"]
+    assert directive(defaults, "timeout check") == ["3s"]  # past /healthz's own 1.5 s bound
     # Retries go to another replica.
     assert int(directive(defaults, "retries")[0]) >= 2
     assert directive(defaults, "option redispatch") == ["1"]
