@@ -12,8 +12,8 @@ import pytest
 
 from bench.harness.proxy import Proxy
 from bench.harness.replicas import replica
+from bench.harness.rolling import TTL_S, Load, restart_all
 from bench.harness.waiting import wait_for
-from bench.rolling_restart import TTL_S, Load, restart_all
 from tests.support.docker_files import find_tool
 
 pytestmark = pytest.mark.long
