@@ -27,6 +27,7 @@ from service.eventlog.deliverer import POLL_S, Deliverer
 from service.events.ingest import Ingest
 from service.events.log_tails import LogTails
 from service.events.push import Pushes
+from service.health import Health
 from service.job_reads import JobReads
 from service.jobs import JobCommands
 from service.monitor import ACCOUNT_EVERY_S, MIN_TICK_GAP_S, Monitor
@@ -60,6 +61,7 @@ class Runtime:
     projects: Projects
     runner: Runner  # the background units (``units``), started and stopped by the lifespan
     leases: Leases  # which replica runs each unit (service/db/leases.py)
+    health: Health  # what GET /healthz says of this replica (service/health.py)
     head: LocalHead | None = None  # the local Ray head this server started; None: RAY_ADDRESS
 
 
@@ -143,6 +145,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         Projects(sessions),
         runner,
         leases,
+        Health(sessions.kw["bind"], backend, runner),
     )
     return Runtime(settings, sessions, backend, *parts, head)  # in the order of Runtime's fields
 

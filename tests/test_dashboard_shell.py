@@ -20,7 +20,18 @@ def test_page_paths_get_the_app(path):
 
 @pytest.mark.parametrize(
     "path",
-    ["/v1", "/v1/jobs", "/v1/no-such-route", "/docs", "/redoc", "/openapi.json", "/healthz", "/ui/app.css", "/ui/x"],
+    [
+        "/v1",
+        "/v1/jobs",
+        "/v1/no-such-route",
+        "/docs",
+        "/redoc",
+        "/openapi.json",
+        "/healthz",
+        "/livez",
+        "/ui/app.css",
+        "/ui/x",
+    ],
 )
 def test_api_and_file_paths_never_get_the_app(path):
     assert not pages.is_page_path(path)

@@ -134,8 +134,10 @@ def test_compose_resolved_config(tmp_path):
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == "test-ray-token", name
     assert "test-password" in api_env["RAYDOCK_DATABASE_URL"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "test-password"
-    api_ports = {p["target"]: p for p in services["api"]["ports"]}
-    assert api_ports[8000]["host_ip"] == "127.0.0.1"
+    # The one published address is the proxy's, on loopback; the replicas publish none.
+    assert not services["api"].get("ports")
+    proxy_ports = {p["target"]: p for p in services["proxy"]["ports"]}
+    assert proxy_ports[8000]["host_ip"] == "127.0.0.1"
 
 
 def test_compose_structure():
@@ -166,8 +168,8 @@ def test_compose_structure():
     api = services["api"]
     env = api["environment"]
     assert env["RAY_ADDRESS"] == "http://ray-head:8265"
-    # Job drivers on the Ray containers post events to the API by this name.
-    assert env["RAYDOCK_PUBLIC_URL"] == "http://api:8000"
+    # Job drivers on the Ray containers post events to the API through the proxy.
+    assert env["RAYDOCK_PUBLIC_URL"] == "http://proxy:8000"
     assert env["RAYDOCK_DATABASE_URL"].startswith("postgresql+psycopg://")
     assert "@postgres:5432/" in env["RAYDOCK_DATABASE_URL"]
     assert env["RAYDOCK_API_TOKEN"].startswith("${RAYDOCK_API_TOKEN:?")

@@ -249,7 +249,7 @@ def test_api_deployment_wiring():
     assert env["RAYDOCK_PUBLIC_URL"]["value"] == f"http://{service['metadata']['name']}:{service_port}"
 
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"  # a database outage restarts no replica
     port_names = {p["name"] for p in container["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] in port_names
 

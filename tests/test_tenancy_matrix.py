@@ -58,6 +58,7 @@ PUBLIC = {who: "ok" for who in IDENTITIES}
 # (method, path template) -> who gets what. Changing a job or a user uses a fresh one per call.
 EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/healthz"): PUBLIC,
+    ("GET", "/livez"): PUBLIC,
     ("POST", "/v1/jobs"): SUBMIT,
     ("GET", "/v1/jobs"): OPEN,
     ("GET", "/v1/jobs/{job_id}"): JOB_READ,

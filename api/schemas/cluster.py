@@ -3,6 +3,8 @@ where a job's worker groups ran."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -115,3 +117,17 @@ class ReplicasPublic(BaseModel):
     lease_ttl_s: float = Field(description="How long a lease lasts unrenewed (RAYDOCK_LEASE_TTL_S).")
     replicas: list[ReplicaPublic] = Field(description="Replicas seen in the last hour, latest first (at most 100).")
     leases: list[LeasePublic] = Field(description="Every background unit's lease.")
+
+
+class HealthPublic(BaseModel):
+    """What GET /healthz says of the replica that answers: ready when its store answers.
+    Nothing in it names the host, the process or a setting; it is answered to anyone."""
+
+    status: Literal["ok", "unavailable"] = Field(
+        description="ok (200): this replica serves requests; unavailable (503): its store does not answer."
+    )
+    store: bool = Field(description="Whether the database answered a query just now.")
+    ray: bool = Field(description="Whether the Ray cluster answered just now (not needed to be ready: jobs wait).")
+    leases: list[str] = Field(
+        description="The background units this replica runs now (it holds their leases); empty on a standby."
+    )

@@ -87,6 +87,10 @@ class Runner:
     def running(self) -> list[str]:
         return [name for name, r in self._running.items() if not (isinstance(r, asyncio.Task) and r.done())]
 
+    def held(self) -> list[str]:
+        """The leased units this replica runs now (it holds their leases), by name."""
+        return sorted(u.name for u in self.units() if u.leased and u.name in self.running())
+
     def start(self, unit: Periodic) -> None:
         """Start a unit (added first if it is not yet); one on the server's loop needs a running loop."""
         if unit.name not in self._units:

@@ -223,6 +223,14 @@ class RayBackend:
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             raise ClusterUnavailable(f"Ray dashboard at {self.address} did not answer {path}: {exc}") from exc
 
+    def answers(self, timeout_s: float) -> bool:
+        """Whether the cluster answers now: its GCS health as the dashboard reports it
+        (one small GET within ``timeout_s``; what GET /healthz says of Ray)."""
+        try:
+            return self._http.get("/api/gcs_healthz", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def cluster_info(self) -> ClusterInfo:
         nodes_raw = self._get("/api/v0/nodes?limit=10000")["data"]["result"]["result"]
         status = self._get("/api/cluster_status")["data"]["clusterStatus"]

@@ -20,7 +20,7 @@ from starlette.types import Scope
 STATIC = Path(__file__).parent / "static"
 PREFIX = "/ui"
 # Paths the API answers (or refuses) itself: never the shell, so an unknown API path stays a JSON 404.
-API_PATHS = ("/v1", "/docs", "/redoc", "/openapi.json", "/healthz", PREFIX)
+API_PATHS = ("/v1", "/docs", "/redoc", "/openapi.json", "/healthz", "/livez", PREFIX)
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"

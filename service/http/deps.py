@@ -26,6 +26,7 @@ from service.db.leases import Leases
 from service.db.listing import MAX_CURSOR_CHARS
 from service.events.push import Pushes
 from service.events.reads.trials import TrialService
+from service.health import Health
 from service.http.auth import UNAUTHORIZED, bearer_token, token_matches  # noqa: F401  (routes read the last two here)
 from service.http.downloads import DownloadGate
 from service.http.follow import Follow
@@ -89,6 +90,10 @@ async def leases(request: Request) -> Leases:
     return request.app.state.runtime.leases
 
 
+async def health(request: Request) -> Health:
+    return request.app.state.runtime.health
+
+
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobCommands, Depends(job_commands)]
 Reads = Annotated[JobReads, Depends(job_reads)]
@@ -101,6 +106,7 @@ Store = Annotated[sessionmaker, Depends(store)]
 UsersDep = Annotated[Users, Depends(users)]
 ProjectsDep = Annotated[Projects, Depends(projects)]
 LeasesDep = Annotated[Leases, Depends(leases)]
+HealthDep = Annotated[Health, Depends(health)]
 
 JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[

@@ -39,6 +39,7 @@ KUBERAY = DOCKER / "kuberay"
 DOCKERFILES = ["Dockerfile.api", "Dockerfile.ray", "Dockerfile.ray-cuda"]
 CONSTRAINTS = DOCKER / "constraints.txt"
 COMPOSE = DOCKER / "compose.yaml"
+HAPROXY = DOCKER / "haproxy.cfg"
 CLUSTER = DOCKER / "cluster.yaml"
 FAKE_CLUSTER = DOCKER / "cluster-local-fake.yaml"
 

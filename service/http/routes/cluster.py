@@ -1,22 +1,39 @@
-"""Routes about the service itself: liveness (no auth), the Ray cluster's nodes and
+"""Routes about the service itself: readiness and liveness (no auth), the Ray cluster's nodes and
 capacity as the dashboard reports them, and the server's replicas with the background
 units each runs (server admins)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api.errors import admin_only
-from api.schemas import ClusterInfo, LeasePublic, ReplicaPublic, ReplicasPublic
-from service.http.deps import Cluster, CurrentCaller, LeasesDep
+from api.schemas import ClusterInfo, HealthPublic, LeasePublic, ReplicaPublic, ReplicasPublic
+from service.http.deps import Cluster, CurrentCaller, HealthDep, LeasesDep
 from service.http.openapi import errors
 
 router = APIRouter(tags=["cluster"])
 health_router = APIRouter(tags=["meta"])
 
 
-@health_router.get("/healthz", operation_id="healthz")
-def healthz() -> dict[str, str]:
+@health_router.get(
+    "/healthz",
+    response_model=HealthPublic,
+    operation_id="healthz",
+    responses={503: {"model": HealthPublic, "description": "The store does not answer: not ready."}},
+)
+async def healthz(health: HealthDep, response: Response) -> HealthPublic:
+    """Readiness: 200 while this replica's store answers (holding no lease, or Ray not
+    answering, leaves it ready), 503 when it does not. Unauthenticated, cached for a second."""
+    report = await health.report()
+    if report.status != "ok":
+        response.status_code = 503
+    return report
+
+
+@health_router.get("/livez", operation_id="livez")
+def livez() -> dict[str, str]:
+    """Liveness: the process answers HTTP. It asks nothing of the store or Ray, so an outage
+    of either restarts no replica."""
     return {"status": "ok"}
 
 

@@ -1,10 +1,12 @@
-// The cluster: its nodes, CPUs and GPUs used and free, what the autoscaler can add, and the
-// queue of jobs waiting for room, in the order they will start.
+// The cluster: its nodes, CPUs and GPUs used and free, what the autoscaler can add, the
+// queue of jobs waiting for room, in the order they will start, and (for server admins) the
+// server's replicas.
 
 import { get, query, AuthError } from "./api.js";
 import { h, replace, keepFocus, panel, table, link, num, when, labels, errorNotice } from "./dom.js";
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { every } from "./router.js";
+import { isAdmin, loadReplicas } from "./replicas.js";
 
 const REFRESH_MS = 3000;
 const QUEUE_SHOWN = 100;
@@ -15,6 +17,9 @@ export async function clusterPage(main, { signal }) {
   const nodes = h("div");
   const scaler = h("div");
   const queue = h("div");
+  const replicas = h("div");
+  const replicasPanel = panel("Replicas", replicas);
+  replicasPanel.hidden = true; // until the listing answers: it is for server admins
   const address = h("span", { class: "muted mono small" });
   replace(
     main,
@@ -22,14 +27,19 @@ export async function clusterPage(main, { signal }) {
     cards,
     h("div", { class: "grid2" }, panel("Nodes", nodes), panel("Autoscaler", scaler)),
     panel("Queue", queue),
+    replicasPanel,
   );
 
+  const admin = isAdmin(signal);
   const load = async () => {
-    const [answer, queued] = await Promise.all([
+    const [answer, queued, servers] = await Promise.all([
       get("/cluster", signal).catch((err) => err), // an unreachable cluster still leaves the queue to show
       get("/jobs" + query({ status: "QUEUED", limit: QUEUE_SHOWN }), signal),
+      loadReplicas(signal, admin).catch((err) => (err instanceof AuthError ? null : [errorNotice(err)])),
     ]);
     drawQueue(queue, queued);
+    replicasPanel.hidden = servers === null;
+    if (servers) replace(replicas, ...servers);
     if (answer instanceof AuthError) throw answer;
     if (answer instanceof Error) {
       replace(cards, errorNotice(answer));

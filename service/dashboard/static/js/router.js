@@ -43,7 +43,7 @@ export function start() {
     if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
     const url = new URL(a.href, location.href);
     if (url.origin !== location.origin || a.target || a.hasAttribute("download")) return;
-    if (/^\/(v1|docs|redoc|openapi\.json|healthz|ui)(\/|$)/.test(url.pathname)) return;
+    if (/^\/(v1|docs|redoc|openapi\.json|healthz|livez|ui)(\/|$)/.test(url.pathname)) return;
     e.preventDefault();
     navigate(url.pathname + url.search);
   });
