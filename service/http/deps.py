@@ -32,6 +32,7 @@ from service.http.follow import Follow
 from service.http.shares import Shares
 from service.job_reads import JobReads
 from service.jobs import JobCommands
+from service.schedules.commands import Schedules
 from service.settings import Settings
 from service.tenancy.caller import Caller
 from service.tenancy.projects import Projects
@@ -89,6 +90,10 @@ async def leases(request: Request) -> Leases:
     return request.app.state.runtime.leases
 
 
+async def schedules(request: Request) -> Schedules:
+    return request.app.state.runtime.schedules
+
+
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobCommands, Depends(job_commands)]
 Reads = Annotated[JobReads, Depends(job_reads)]
@@ -101,6 +106,7 @@ Store = Annotated[sessionmaker, Depends(store)]
 UsersDep = Annotated[Users, Depends(users)]
 ProjectsDep = Annotated[Projects, Depends(projects)]
 LeasesDep = Annotated[Leases, Depends(leases)]
+SchedulesDep = Annotated[Schedules, Depends(schedules)]
 
 JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[
