@@ -191,5 +191,5 @@ def units(
     runner.add(Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose))
     # Schedules: each due tick's job, submitted once per tick (fenced: the tick and its job are one write).
     firing = Firing(sessions, jobs, settings.scheduling)
-    runner.add(Periodic("schedules", settings.scheduling.schedule_interval_s, firing.fire_due, fenced=True))
+    runner.add(Periodic("schedules", firing.wait_s, firing.fire_due, fenced=True))
     return runner

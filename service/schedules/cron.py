@@ -41,7 +41,7 @@ def check(expr: str, tz: str) -> None:
         )
     try:
         next(CronSim(five, datetime.now(zone(tz))))
-    except (CronSimError, StopIteration) as exc:
+    except (CronSimError, StopIteration, ValueError, LookupError, OverflowError) as exc:  # any parser refusal: a 422
         raise InvalidSpec(f"cron {expr!r} cannot be read: {exc}", code="invalid_cron") from exc
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import sessionmaker
 
 from api.errors import Conflict, NotFound, RaydockError
 from api.schemas import JobStatus, parse_job_spec
 from api.schemas.schedules import SCHEDULE_LABEL, TICK_LABEL
-from service.db.leases import Fence
+from service.db.leases import Fence, LeaseLost
 from service.db.models import JobRow, utcnow
 from service.db.schedule_models import ScheduleRow
 from service.db.tenancy_models import UserRow
@@ -35,6 +35,8 @@ from service.tenancy.caller import Caller, roles_of
 log = logging.getLogger("raydock.schedules")
 
 BATCH = 100  # due schedules handled per run; the rest at the next
+MIN_WAIT_S = 0.05
+WAKE_AFTER_TICK_S = 0.01  # a sleep may end a hair before the wall clock reaches the tick
 
 
 def tick_label(tick: datetime) -> str:
@@ -46,26 +48,37 @@ class Firing:
         self.sessions = sessions
         self.jobs = jobs
         self.settings = settings
+        self.next_due: datetime | None = None  # the earliest next tick, as of the last run
 
     def fire_due(self, fence: Fence | None = None, now: datetime | None = None) -> int:
         """Handle every due schedule's latest tick; the jobs submitted."""
         now = now or utcnow()
+        due_now = (ScheduleRow.paused.is_(False), ScheduleRow.next_tick <= now)
         with self.sessions() as s:
-            due = list(
-                s.scalars(
-                    select(ScheduleRow.id)
-                    .where(ScheduleRow.paused.is_(False), ScheduleRow.next_tick <= now)
-                    .order_by(ScheduleRow.next_tick, ScheduleRow.id)
-                    .limit(BATCH)
-                )
-            )
+            due = list(s.scalars(select(ScheduleRow.id).where(*due_now).order_by(ScheduleRow.next_tick).limit(BATCH)))
         fired = 0
         for schedule_id in due:
             try:
                 fired += self.handle(schedule_id, now, fence)
-            except RaydockError:  # noqa: PERF203 - one schedule's trouble never holds up the others
+            except LeaseLost:
+                raise  # another replica runs the unit now: this one stops here
+            except Exception:  # noqa: BLE001 - one schedule's trouble never holds up the others
                 log.exception("schedule %s: its tick could not be handled", schedule_id)
+        if fired:
+            self.jobs.on_submit()  # the monitor looks at the queue once for the lot, not once per job
+        with self.sessions() as s:
+            self.next_due = s.scalar(select(func.min(ScheduleRow.next_tick)).where(ScheduleRow.paused.is_(False)))
         return fired
+
+    def wait_s(self) -> float:
+        """The unit's next pause: until the earliest next tick (so a tick fires as it comes,
+        not up to a cadence later), at most ``schedule_interval_s`` (a schedule made or
+        resumed meanwhile is seen within it)."""
+        most = self.settings.schedule_interval_s
+        if self.next_due is None:
+            return most
+        until = (cron.aware(self.next_due) - utcnow()).total_seconds() + WAKE_AFTER_TICK_S
+        return min(max(until, MIN_WAIT_S), most)
 
     def handle(self, schedule_id: str, now: datetime, fence: Fence | None = None) -> int:
         """Fire or skip ``schedule_id``'s latest tick at or before ``now``: 1 if a job was submitted."""
@@ -122,7 +135,6 @@ class Firing:
                 )
         except RaydockError as exc:  # the job was refused (its quota, its code package, the cluster)
             return self._skip(**base, outcome=f"refused: {exc.message}", fence=fence)
-        self.jobs.on_submit()
         return 1
 
     def _claim(self, s, *, schedule_id: str, tick: datetime, following: datetime, outcome: str) -> bool:

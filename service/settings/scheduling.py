@@ -32,7 +32,8 @@ class SchedulingSettings(Section):
         default=1.0,
         gt=0,
         le=60,
-        description="How often the schedules unit looks for due ticks: a firing is this late at most on a quiet server.",
+        description="The longest the schedules unit sleeps (it wakes at each next tick): how soon it sees a schedule "
+        "made or resumed on another replica.",
     )
     schedule_grace_s: float = Field(
         default=60.0,

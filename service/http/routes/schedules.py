@@ -34,7 +34,7 @@ NextRuns = Annotated[int, Query(ge=0, le=MAX_NEXT_RUNS, description="How many ne
     status_code=201,
     response_model=SchedulePublic,
     operation_id="create_schedule",
-    responses=errors(404, 422, 429),
+    responses=errors(404, 409, 422, 429),
 )
 async def create_schedule(
     schedules: SchedulesDep, caller: CurrentCaller, projects: ProjectsDep, spec: ScheduleSpec
