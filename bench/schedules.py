@@ -6,7 +6,11 @@ for (its ``raydock/tick`` label). Also counts jobs per schedule and tick, which 
 No Ray by default (a port where no dashboard answers: the jobs stay QUEUED, which is all a
 firing is); ``--ray-address`` points the server at a running cluster instead.
 
-    python -m bench.schedules [--schedules 20] [--minutes 2] [--database-url URL] [--ray-address URL]
+    python -m bench.schedules [--schedules 5] [--minutes 3] [--database-url URL] [--ray-address URL]
+
+The firings of one tick are handled one after another, so lateness grows with how many
+schedules share a tick: on 2 busy cores, 5 firing together had p99 0.2 s, 20 had 1.3-2.6 s
+(about 65-130 ms a firing).
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ def measure(url: str, schedules: int, minutes: int) -> tuple[list[float], int, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--schedules", type=int, default=20)
-    parser.add_argument("--minutes", type=int, default=2)
+    parser.add_argument("--schedules", type=int, default=5, help="schedules, all firing every minute")
+    parser.add_argument("--minutes", type=int, default=3)
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
     parser.add_argument("--ray-address", default=None, help="default: no cluster (jobs stay QUEUED)")
     args = parser.parse_args()
