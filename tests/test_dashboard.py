@@ -343,34 +343,28 @@ def test_an_unknown_page_and_an_unknown_api_path(dash, tab):
     assert io.BytesIO(httpx.get(dash.url + "/ui/vendor/uplot/LICENSE").content).read().startswith(b"The MIT License")
 
 
-def test_the_schedules_page_lists_next_firings_and_pauses_and_resumes(browser, tmp_path):
-    server = ServerProcess(tmp_path / "data", dead_ray()).start()  # no cluster: schedules need none to list
-    t = Tab(browser)
+def test_the_schedules_page_lists_next_firings_and_pauses_and_resumes(dash, sdk, tab):
+    job = {"name": "retrain", "model": {"type": "mlp"}, "data": {"source": "digits"}, "epochs": 1}
+    nightly = sdk.create_schedule({"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": job})
+    hourly = sdk.create_schedule({"name": "hourly", "cron": "@hourly", "paused": True, "job": job})
     try:
-        with Client(server.url) as sdk:
-            job = {"name": "retrain", "model": {"type": "mlp"}, "data": {"source": "digits"}, "epochs": 1}
-            nightly = sdk.create_schedule(
-                {"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": job}
-            )
-            hourly = sdk.create_schedule({"name": "hourly", "cron": "@hourly", "paused": True, "job": job})
-            page = t.page
-            page.goto(server.url + "/schedules")
-            row = page.locator(f'tr[data-schedule="{nightly.id}"]')
-            row.wait_for()
-            assert page.get_by_role("link", name="Schedules").get_attribute("aria-current") == "page"
-            assert "0 3 * * *" in row.inner_text() and "Europe/Berlin" in row.inner_text()
-            shown = row.locator("td.next time").get_attribute("datetime")
-            assert datetime.fromisoformat(shown.replace("Z", "+00:00")) == nightly.next_runs[0]
-            assert "paused" in page.locator(f'tr[data-schedule="{hourly.id}"] td.next').inner_text()
-            t.shot("schedules")
-            row.get_by_role("button", name="Pause nightly").click()
-            row.get_by_role("button", name="Resume nightly").wait_for()
-            assert sdk.schedule(nightly.id).paused
-            page.get_by_role("button", name="Resume hourly").click()
-            page.get_by_role("button", name="Pause hourly").wait_for()
-            assert not sdk.schedule(hourly.id).paused
-            t.shot("schedules-after-toggles")
-        assert t.unexpected() == []
-    finally:
-        t.context.close()
-        server.stop()
+        page = tab.page
+        page.goto(dash.url + "/schedules")
+        row = page.locator(f'tr[data-schedule="{nightly.id}"]')
+        row.wait_for()
+        assert page.get_by_role("link", name="Schedules").get_attribute("aria-current") == "page"
+        assert "0 3 * * *" in row.inner_text() and "Europe/Berlin" in row.inner_text()
+        shown = row.locator("td.next time").get_attribute("datetime")
+        assert datetime.fromisoformat(shown.replace("Z", "+00:00")) == nightly.next_runs[0]
+        assert "paused" in page.locator(f'tr[data-schedule="{hourly.id}"] td.next').inner_text()
+        tab.shot("schedules")
+        row.get_by_role("button", name="Pause nightly").click()
+        row.get_by_role("button", name="Resume nightly").wait_for()
+        assert sdk.schedule(nightly.id).paused
+        page.get_by_role("button", name="Resume hourly").click()
+        page.get_by_role("button", name="Pause hourly").wait_for()
+        assert not sdk.schedule(hourly.id).paused
+        tab.shot("schedules-after-toggles")
+    finally:  # no tick of theirs may start a job on the session's cluster
+        sdk.delete_schedule(nightly.id)
+        sdk.delete_schedule(hourly.id)

@@ -1,7 +1,7 @@
 """Schedules over real HTTP (bench/harness/tenancy_world.py: a real server on SQLite, no
 Ray, projects alpha and beta and every kind of caller): the SDK and the CLI create, list,
 pause, resume and delete them; a caller sees only their projects' schedules and a viewer
-cannot change them; bad input gets a 4xx with a code; and the server's own schedules unit
+cannot change them; bad input gets a 4xx with a code (the per-project cap: tests/test_schedules.py); and the server's own schedules unit
 fires a due tick into a QUEUED job labelled with its schedule, logged as fired."""
 
 from __future__ import annotations
@@ -16,20 +16,17 @@ from sqlalchemy import update
 from api.client import Client
 from api.schemas.schedules import MAX_CRON_CHARS, SCHEDULE_LABEL
 from bench.harness.specs import digits_spec
-from bench.harness.tenancy_world import schedule_body, start_world
+from bench.harness.tenancy_world import schedule_body
 from service.db.models import utcnow
 from service.db.schedule_models import ScheduleRow
 from tests.support.cli_runner import cli
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
-CAP = 5  # schedules per project on this server
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    w = start_world(tmp_path_factory.mktemp("schedules"), RAYDOCK_MAX_SCHEDULES_PER_PROJECT=str(CAP))
-    yield w
-    w.stop()
+def world(tenancy_world):
+    return tenancy_world  # shared with tests/test_tenancy_matrix.py (one server start)
 
 
 def test_the_sdk_and_cli_manage_schedules_within_the_callers_projects(world, tmp_path):
@@ -100,16 +97,6 @@ def test_bad_ids_and_bounds_on_reads_and_changes(world):
         assert owner.get("/v1/schedules", params={"next_runs": 11}).status_code == 422
         assert owner.patch(f"/v1/schedules/{world.schedule}", json={"paused": "maybe"}).status_code == 422
         assert owner.patch(f"/v1/schedules/{world.schedule}", json={"cron": "* * * * *"}).status_code == 422
-
-
-def test_a_project_holds_at_most_its_cap_of_schedules(world):
-    with world.http("other") as other:
-        made = [other.post("/v1/schedules", json=schedule_body(project="beta")) for _ in range(CAP + 1)]
-        codes = [r.status_code for r in made]
-        assert codes == [201] * CAP + [429]
-        assert made[-1].json()["error"]["code"] == "too_many_schedules"
-        for r in made[:CAP]:
-            assert other.delete(f"/v1/schedules/{r.json()['id']}").status_code == 204
 
 
 def test_the_servers_unit_fires_a_due_tick_once(world):

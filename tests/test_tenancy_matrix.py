@@ -24,7 +24,7 @@ from api.client import Client
 from api.errors import QuotaExceeded
 from bench.harness.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
 from bench.harness.specs import digits_spec
-from bench.harness.tenancy_world import IDENTITIES, World, schedule_body, start_world
+from bench.harness.tenancy_world import IDENTITIES, World, schedule_body
 from service.db.models import utcnow
 from service.db.tenancy_models import JobUsageRow
 from tests.support.cli_runner import cli as run_cli
@@ -110,10 +110,8 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    w = start_world(tmp_path_factory.mktemp("tenancy"))
-    yield w
-    w.stop()
+def world(tenancy_world):
+    return tenancy_world  # shared with tests/test_schedules_http.py (one server start)
 
 
 def request_for(world: World, method: str, path: str, who: str) -> tuple[str, dict]:
