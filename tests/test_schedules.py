@@ -13,7 +13,7 @@ from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from api.errors import InvalidSpec, QuotaExceeded
 from api.schemas import JobStatus, QuotaSpec
@@ -23,7 +23,8 @@ from bench.harness.jobstore import job_service, set_columns
 from bench.harness.specs import digits_spec
 from service.db.eventlog_models import EventLogRow
 from service.db.leases import LeaseLost, Leases
-from service.db.models import JobRow
+from service.db.models import JobRow, utcnow
+from service.db.schedule_models import ScheduleRow
 from service.db.tenancy_models import UserRow
 from service.runtime import Runtime
 from service.schedules.firing import tick_label
@@ -123,7 +124,10 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_its_next_tick(service)
     made = service.schedules.create(spec(cron="* * * * *", paused=True), ADMIN, "default")
     assert made.paused and made.next_runs == []
     assert fire(service, made.created_at + timedelta(minutes=30)) == 0
+    with service.sessions.begin() as s:  # it was made an hour ago: ticks passed while it was paused
+        s.execute(update(ScheduleRow).where(ScheduleRow.id == made.id).values(created_at=utcnow() - timedelta(hours=1)))
     resumed = service.schedules.set_paused(made.id, False, ADMIN)
+    assert resumed.last_outcome == "skipped: paused over its tick" and resumed.fired == 0
     assert fire(service, resumed.next_runs[0]) == 1
     assert [j.labels[TICK_LABEL] for j in jobs_of(service, made.id)] == [tick_label(resumed.next_runs[0])]
     service.schedules.delete(made.id, ADMIN)

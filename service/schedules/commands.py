@@ -130,8 +130,10 @@ class Schedules:
                 if not paused:
                     now = utcnow()
                     passed = cron.latest_tick(row.cron, row.timezone, now)
-                    if row.last_tick is None or cron.aware(row.last_tick) < passed:
-                        row.last_tick = passed
+                    if passed > cron.aware(row.created_at) and (
+                        row.last_tick is None or cron.aware(row.last_tick) < passed
+                    ):
+                        row.last_tick, row.last_outcome = passed, "skipped: paused over its tick"
                     row.next_tick = cron.next_ticks(row.cron, row.timezone, now, 1)[0]
                 kind = "schedule_paused" if paused else "schedule_resumed"
                 record(s, kind, actor=caller.name, schedule=row.id, project=row.project)
