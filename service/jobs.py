@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ClusterUnavailable, Conflict, NotFound
 from api.schemas import (
@@ -123,6 +123,31 @@ class JobCommands:
         if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
             return existing, False
         self.validate(spec, project)
+        try:
+            with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
+                job = self.insert(s, spec, actor=actor, project=project, user_id=user_id, key=(idempotency_key, digest))
+        except IntegrityError:
+            # A concurrent POST with the same key won the race: answer with its job.
+            if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
+                return existing, False
+            raise
+        instruments.submitted(spec.kind)
+        self.on_submit()
+        return job, True
+
+    def insert(
+        self,
+        s: Session,
+        spec: JobSpec,
+        *,
+        actor: str,
+        project: str,
+        user_id: int | None,
+        key: tuple[str | None, str | None] = (None, None),
+    ) -> JobPublic:
+        """Record a validated job in ``s``'s transaction (a submit's, or a schedule's firing
+        with its tick: service/schedules/firing.py): the project's queue room, the row, its
+        code reference, tracking, webhooks and the ``submitted`` event, all or nothing."""
         now = utcnow()
         row = {
             "id": "j" + uuid.uuid4().hex[:11],
@@ -133,31 +158,22 @@ class JobCommands:
             "labels": spec.labels,
             "spec": spec.model_dump(mode="json"),
             **queue.typed_columns(spec),
-            "project_idempotency_key": idempotency_key,
-            "idempotency_hash": digest,
+            "project_idempotency_key": key[0],
+            "idempotency_hash": key[1],
             "created_at": now,
             "queued_at": now,
             "project": project,
             "user_id": user_id,
             "start_phases": phases.fresh(now.timestamp()),
         }
-        try:
-            with self.sessions.begin() as s:  # a Core insert: the ORM's unit of work costs more than the write
-                quotas.check_queue_room(s, project, self.settings.scheduling.default_quota)  # 429 past max_queued
-                job = job_records.insert_job(s.connection(), row)
-                if (code := code_spec(spec).code) is not None:
-                    self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
-                tracking.enrol(s, job.id, spec)
-                subscriptions.add_job_webhooks(s, job.id, spec.notify)
-                record(s, "submitted", job_id=job.id, actor=actor, name=spec.name, kind=spec.kind, project=project)
-        except IntegrityError:
-            # A concurrent POST with the same key won the race: answer with its job.
-            if idempotency_key and (existing := self._by_key(idempotency_key, digest, project)) is not None:
-                return existing, False
-            raise
-        instruments.submitted(spec.kind)
-        self.on_submit()
-        return job, True
+        quotas.check_queue_room(s, project, self.settings.scheduling.default_quota)  # 429 past max_queued
+        job = job_records.insert_job(s.connection(), row)
+        if (code := code_spec(spec).code) is not None:
+            self.code.reference(s, job.id, code.removeprefix(CODE_REF_PREFIX))
+        tracking.enrol(s, job.id, spec)
+        subscriptions.add_job_webhooks(s, job.id, spec.notify)
+        record(s, "submitted", job_id=job.id, actor=actor, name=spec.name, kind=spec.kind, project=project)
+        return job
 
     def _by_key(self, key: str, digest: str, project: str) -> JobPublic | None:
         with self.sessions() as s:

@@ -32,6 +32,8 @@ from service.job_reads import JobReads
 from service.jobs import JobCommands
 from service.monitor import ACCOUNT_EVERY_S, MIN_TICK_GAP_S, Monitor
 from service.retention import Policy, Retention
+from service.schedules.commands import Schedules
+from service.schedules.firing import Firing
 from service.scheduling.preemption import Preemptions
 from service.scheduling.queue_keeper import QueueKeeper
 from service.settings import Settings
@@ -62,6 +64,7 @@ class Runtime:
     runner: Runner  # the background units (``units``), started and stopped by the lifespan
     leases: Leases  # which replica runs each unit (service/db/leases.py)
     health: Health  # what GET /healthz says of this replica (service/health.py)
+    schedules: Schedules  # cron schedules that submit jobs (service/schedules/); their unit is ``units``'
     head: LocalHead | None = None  # the local Ray head this server started; None: RAY_ADDRESS
 
 
@@ -132,6 +135,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
     users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)
     leases = Leases(sessions.kw["bind"], settings.replicas.lease_ttl_s)
     runner = units(settings, sessions, backend, code, jobs, monitor, retention, deliverer, leases)
+    schedules = Schedules(sessions, jobs, settings.scheduling)
     parts = (
         code,
         reads,
@@ -146,6 +150,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         runner,
         leases,
         Health(sessions.kw["bind"], backend, runner),
+        schedules,
     )
     return Runtime(settings, sessions, backend, *parts, head)  # in the order of Runtime's fields
 
@@ -187,4 +192,7 @@ def units(
     runner.add(Periodic("tracking-export", settings.tracking.tracking_interval_s, exporter.export_once))
     # Webhooks: their posts run side by side on a loop of their own (their lanes are the deliverer's).
     runner.add(Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose))
+    # Schedules: each due tick's job, submitted once per tick (fenced: the tick and its job are one write).
+    firing = Firing(sessions, jobs, settings.scheduling)
+    runner.add(Periodic("schedules", firing.wait_s, firing.fire_due, fenced=True))
     return runner

@@ -78,6 +78,16 @@ def server(ray_head, tmp_path_factory) -> ServerProcess:
     proc.stop()
 
 
+@pytest.fixture(scope="session")
+def tenancy_world(tmp_path_factory):
+    """One server of two projects and every kind of caller (no Ray), for the isolation and schedules tests."""
+    from bench.harness.tenancy_world import start_world  # only the runs that use it import the server's parts
+
+    world = start_world(tmp_path_factory.mktemp("tenancy"))
+    yield world
+    world.stop()
+
+
 @pytest.fixture()
 def client(server) -> Client:
     with Client(server.url) as c:

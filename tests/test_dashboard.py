@@ -1,6 +1,6 @@
 """The web dashboard in a real headless Chromium (Debian's, driven by Playwright): the jobs
 table, a job's live chart, log and checkpoint download, cancel from the page, a PBT
-search's lineage graph, the cluster page, the token login, and a deep link reloaded.
+search's lineage graph, the cluster page, the schedules page, the token login, and a deep link reloaded.
 
 One server for the module on the session's Ray cluster, tiny jobs (one worker, a few
 steps). Every test fails on any console error or uncaught page error; a screenshot of
@@ -14,6 +14,7 @@ import os
 import shutil
 import tarfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -378,3 +379,30 @@ def test_an_unknown_page_and_an_unknown_api_path(dash, tab):
     js = httpx.get(dash.url + "/ui/js/main.js")
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
     assert io.BytesIO(httpx.get(dash.url + "/ui/vendor/uplot/LICENSE").content).read().startswith(b"The MIT License")
+
+
+def test_the_schedules_page_lists_next_firings_and_pauses_and_resumes(dash, sdk, tab):
+    job = {"name": "retrain", "model": {"type": "mlp"}, "data": {"source": "digits"}, "epochs": 1}
+    nightly = sdk.create_schedule({"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": job})
+    hourly = sdk.create_schedule({"name": "hourly", "cron": "@hourly", "paused": True, "job": job})
+    try:
+        page = tab.page
+        page.goto(dash.url + "/schedules")
+        row = page.locator(f'tr[data-schedule="{nightly.id}"]')
+        row.wait_for()
+        assert page.get_by_role("link", name="Schedules").get_attribute("aria-current") == "page"
+        assert "0 3 * * *" in row.inner_text() and "Europe/Berlin" in row.inner_text()
+        shown = row.locator("td.next time").get_attribute("datetime")
+        assert datetime.fromisoformat(shown.replace("Z", "+00:00")) == nightly.next_runs[0]
+        assert "paused" in page.locator(f'tr[data-schedule="{hourly.id}"] td.next').inner_text()
+        tab.shot("schedules")
+        row.get_by_role("button", name="Pause nightly").click()
+        row.get_by_role("button", name="Resume nightly").wait_for()
+        assert sdk.schedule(nightly.id).paused
+        page.get_by_role("button", name="Resume hourly").click()
+        page.get_by_role("button", name="Pause hourly").wait_for()
+        assert not sdk.schedule(hourly.id).paused
+        tab.shot("schedules-after-toggles")
+    finally:  # no tick of theirs may start a job on the session's cluster
+        sdk.delete_schedule(nightly.id)
+        sdk.delete_schedule(hourly.id)

@@ -50,6 +50,12 @@ CONFIG = textwrap.dedent(
     include-operation-id = "submit_job"
     checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422"]
 
+    # A schedule valid to the schema can still be refused: a cron that never fires or an
+    # unknown time zone (422), a made-up project (404), past the project's cap (429).
+    [[operations]]
+    include-operation-id = "create_schedule"
+    checks.positive_data_acceptance.expected-statuses = ["2xx", "404", "409", "422", "429"]
+
     # Any bytes are a valid body to the schema; the server refuses those that are not a
     # package named by their sha256 (422), or too large (413); a made-up project is a 404.
     [[operations]]

@@ -7,8 +7,7 @@ What each class of answer means:
   job or project; a 404 for a checkpoint a QUEUED job has not made is ``ok``);
 - ``hidden``: 404 with the code a missing job, project or package gets: a record of a
   project the caller is not in reads exactly as one that does not exist;
-- ``forbidden``: 403 (a server admin's route; a viewer changing a job);
-- ``401``: no token, a revoked one, an expired one.
+- ``forbidden``: 403 (a server admin's route; a viewer changing a job); ``401``: no token, a revoked or expired one.
 Every 200 a caller of another project gets is also searched for the job's id: a list
 that forgot its project filter fails here."""
 
@@ -20,19 +19,19 @@ from datetime import datetime
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from api.client import Client
 from api.errors import QuotaExceeded
 from bench.harness.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
 from bench.harness.specs import digits_spec
-from bench.harness.tenancy_world import IDENTITIES, World, start_world
+from bench.harness.tenancy_world import IDENTITIES, World, schedule_body
 from service.db.models import utcnow
 from service.db.tenancy_models import JobUsageRow
+from tests.support.cli_runner import cli as run_cli
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
 
-HIDDEN_CODES = {"job_not_found", "project_not_found", "code_package_not_found"}
+HIDDEN_CODES = {"job_not_found", "project_not_found", "code_package_not_found", "schedule_not_found"}
 ALPHA_READERS = {"owner", "mate", "viewer", "admin"}
 
 
@@ -103,14 +102,17 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/v1/projects/{project}/quota"): CODE_READ,  # alpha's quota: its readers
     ("PUT", "/v1/projects/{project}/quota"): SERVER_ADMIN,
     ("GET", "/v1/usage"): OPEN,  # by project: only the caller's (checked in test_lists_show_only_the_callers_projects)
+    ("POST", "/v1/schedules"): SUBMIT,
+    ("GET", "/v1/schedules"): OPEN,  # only the caller's projects' (tests/test_schedules_http.py)
+    ("GET", "/v1/schedules/{schedule_id}"): JOB_READ,
+    ("PATCH", "/v1/schedules/{schedule_id}"): JOB_WRITE,
+    ("DELETE", "/v1/schedules/{schedule_id}"): JOB_WRITE,
 }
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    w = start_world(tmp_path_factory.mktemp("tenancy"))
-    yield w
-    w.stop()
+def world(tenancy_world):
+    return tenancy_world  # shared with tests/test_schedules_http.py (one server start)
 
 
 def request_for(world: World, method: str, path: str, who: str) -> tuple[str, dict]:
@@ -127,6 +129,7 @@ def request_for(world: World, method: str, path: str, who: str) -> tuple[str, di
         "user": "temp",
         "token_id": "0",
         "project": "alpha",
+        "schedule_id": world.fresh_schedule() if method != "GET" and "{schedule_id}" in path else world.schedule,
     }
     options: dict = {}
     if (method, path) == ("DELETE", "/v1/users/{name}"):
@@ -149,6 +152,8 @@ def request_for(world: World, method: str, path: str, who: str) -> tuple[str, di
         ("POST", "/v1/projects"): {"name": f"new-{who}"},
         ("PUT", "/v1/projects/{name}/members/{user}"): {"role": "member"},
         ("PUT", "/v1/projects/{project}/quota"): {"max_queued": 1000},
+        ("POST", "/v1/schedules"): schedule_body(name=f"matrix-{who}"),
+        ("PATCH", "/v1/schedules/{schedule_id}"): {"paused": True},
     }
     if (method, path) in bodies:
         options["json"] = bodies[(method, path)]
@@ -391,8 +396,4 @@ def test_a_submit_past_its_projects_quota_says_which_quota_and_who_raises_it(wor
 
 
 def cli(world: World, token: str, *args: str):
-    from service.cli.common import console, err
-    from service.cli.main import app
-
-    console.width = err.width = 200
-    return CliRunner().invoke(app, list(args), env={"RAYDOCK_API_TOKEN": token, "RAYDOCK_URL": world.url})
+    return run_cli(world.url, token, *args)

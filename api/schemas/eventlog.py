@@ -33,6 +33,12 @@ EventType = Literal[
     "project_created",
     "member_set",
     "member_removed",
+    "schedule_created",
+    "schedule_paused",
+    "schedule_resumed",
+    "schedule_deleted",
+    "schedule_fired",
+    "schedule_skipped",
 ]
 EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 PAYLOAD_VERSION = 1

@@ -14,7 +14,7 @@ from bench.harness.jobstore import dead_ray
 from bench.harness.servers import ServerProcess
 
 # The units one replica holds at a time (the warm pool's snapshot runs on every replica).
-LEASED = ["code-collection", "monitor", "retention", "tracking-export", "usage", "webhooks"]
+LEASED = ["code-collection", "monitor", "retention", "schedules", "tracking-export", "usage", "webhooks"]
 
 
 def replica(data_dir: Path, database_url: str, ttl_s: float) -> ServerProcess:

@@ -35,6 +35,7 @@ class World:
     tokens: dict[str, str | None] = field(default_factory=dict)
     token_ids: dict[str, int] = field(default_factory=dict)
     job: str = ""  # alpha's job, QUEUED, submitted by owner
+    schedule: str = ""  # alpha's schedule, created by owner
     code: bytes = b""
     sha: str = ""
 
@@ -54,9 +55,19 @@ class World:
         job, _ = self.service.jobs.submit(parse_job_spec(digits_spec(name="fresh")), project=project)
         return job.id
 
+    def fresh_schedule(self, who: str = "owner", **overrides) -> str:
+        """A schedule of alpha made over HTTP by ``who``: for a request that changes or deletes it."""
+        with self.http(who) as http:
+            return http.post("/v1/schedules", json=schedule_body(**overrides)).raise_for_status().json()["id"]
+
     def stop(self) -> None:
         self.server.stop()
         self.service.sessions.kw["bind"].dispose()
+
+
+def schedule_body(**overrides) -> dict:
+    """A schedule of alpha firing daily at 03:00 UTC."""
+    return {"name": "nightly", "cron": "0 3 * * *", "project": "alpha", "job": digits_spec(name="nightly"), **overrides}
 
 
 def start_world(data_dir: Path, **env: str) -> World:
@@ -89,4 +100,5 @@ def start_world(data_dir: Path, **env: str) -> World:
         world.sha = hashlib.sha256(world.code).hexdigest()
         owner.put(f"/v1/code/{world.sha}", params={"project": "alpha"}, content=world.code).raise_for_status()
     http.close()
+    world.schedule = world.fresh_schedule()
     return world

@@ -23,6 +23,7 @@ from service.cli.gc import gc
 from service.cli.listing import list_jobs
 from service.cli.quota import quota_app  # noqa: F401  (registers `raydock quota`)
 from service.cli.results import checkpoints, tensorboard, trials
+from service.cli.schedules import schedule_app  # noqa: F401  (registers `raydock schedule`)
 from service.cli.status import status
 from service.cli.tenancy import projects, tokens, users
 from service.cli.ui import ui

@@ -40,6 +40,7 @@ from service.http.routes import (
     projects,
     prometheus,
     quotas,
+    schedules,
     tracking,
     trials,
     users,
@@ -121,6 +122,7 @@ V1_ROUTES = (
     users,
     projects,
     quotas,
+    schedules,
 )
 
 

@@ -33,6 +33,7 @@ from service.http.follow import Follow
 from service.http.shares import Shares
 from service.job_reads import JobReads
 from service.jobs import JobCommands
+from service.schedules.commands import Schedules
 from service.settings import Settings
 from service.tenancy.caller import Caller
 from service.tenancy.projects import Projects
@@ -92,6 +93,8 @@ async def leases(request: Request) -> Leases:
 
 async def health(request: Request) -> Health:
     return request.app.state.runtime.health
+async def schedules(request: Request) -> Schedules:
+    return request.app.state.runtime.schedules
 
 
 AppSettings = Annotated[Settings, Depends(settings)]
@@ -107,6 +110,7 @@ UsersDep = Annotated[Users, Depends(users)]
 ProjectsDep = Annotated[Projects, Depends(projects)]
 LeasesDep = Annotated[Leases, Depends(leases)]
 HealthDep = Annotated[Health, Depends(health)]
+SchedulesDep = Annotated[Schedules, Depends(schedules)]
 
 JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[

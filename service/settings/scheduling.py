@@ -1,4 +1,5 @@
-"""Who runs next: the default quota, fair share's memory and preemption's grace. The
+"""Who runs next: the default quota, fair share's memory, preemption's grace, and how
+schedules fire (service/schedules/). The
 ``scheduling`` section of ``service.settings.Settings``."""
 
 from __future__ import annotations
@@ -25,6 +26,24 @@ class SchedulingSettings(Section):
         ge=0,
         le=3600,
         description="How long a preempted job has to write a last checkpoint before its Ray job is stopped.",
+    )
+
+    schedule_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="The longest the schedules unit sleeps (it wakes at each next tick): how soon it sees a schedule "
+        "made or resumed on another replica.",
+    )
+    schedule_grace_s: float = Field(
+        default=60.0,
+        ge=1,
+        le=86_400,
+        description="A tick found later than this (the server was down) counts as missed: a schedule with "
+        "catch_up=skip skips it, one with catch_up=once runs it once.",
+    )
+    max_schedules_per_project: int = Field(
+        default=100, ge=1, le=10_000, description="Schedules a project may hold; a create past it gets 429."
     )
 
     @field_validator("fair_share_half_life_s")

@@ -86,6 +86,9 @@ SERVICE_ROOMS: dict[str, set[str]] = {
         "service.settings",
         "service.telemetry.instruments",
     },
+    # Schedules read and write their own rows and submit through the job commands, which the
+    # composition root hands them (a protocol): they never import the job core nor the cluster.
+    "service.schedules": {"service.db", "service.eventlog", "service.tenancy.caller", "service.settings"},
     # Background work is units and their runner: the composition root hands each unit its step.
     "service.background": set(),
     # The settings' sections read the environment and import nothing else of the server.
@@ -163,6 +166,8 @@ COMPOSED_PARTS = frozenset(
         "service.scheduling.preemption.Preemptions",
         "service.code.packages.CodeStore",
         "service.eventlog.deliverer.Deliverer",
+        "service.schedules.commands.Schedules",
+        "service.schedules.firing.Firing",
         "service.tracking.exporter.Exporter",
     }
 )

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021_trialphases"
-down_revision = "0018_leases"
+down_revision = "0019_schedules"
 branch_labels = None
 depends_on = None
 

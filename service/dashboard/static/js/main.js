@@ -7,6 +7,7 @@ import { setTitle } from "./frame.js";
 import { jobsPage } from "./jobs.js";
 import { jobPage } from "./job.js";
 import { clusterPage } from "./cluster.js";
+import { schedulesPage } from "./schedules.js";
 
 const main = document.getElementById("main");
 const signout = document.getElementById("signout");
@@ -125,5 +126,6 @@ route("/", page("jobs", jobsPage));
 route("/jobs", page("jobs", jobsPage));
 route("/jobs/:id", page("jobs", jobPage));
 route("/cluster", page("cluster", clusterPage));
+route("/schedules", page("schedules", schedulesPage));
 route("/.*", page(null, notFound));
 start();
