@@ -184,6 +184,28 @@ def test_checkpoints_are_listed_and_downloaded_through_the_api(storage_base, req
         assert {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()} == files
 
 
+def test_listing_a_jobs_checkpoints_costs_one_request_whatever_it_reported(service, storage_base, request):
+    """A job lists every checkpoint it ever reported, most deleted by ``checkpoint.keep``: on
+    an object store one listing of their folder answers which are left, not a lookup each
+    (those starved a job's own uploads to the endpoint while a client polled the list)."""
+    job_id = submit(service, name="many")
+    run = storage.join(service.reads.prefix(job_id), job_id)
+    kept = {9, 10, 100}  # checkpoint_9 next to checkpoint_90 .. _99: a name that starts another's is not it
+    for n in kept:
+        storage.write_private(service.reads.prefix(job_id), f"{job_id}/checkpoint_{n}/state.json", b"{}")
+    with service.sessions.begin() as s:
+        s.add_all(
+            CheckpointRow(job_id=job_id, attempt=1, path=storage.join(run, f"checkpoint_{n}"), step=n, epoch=n)
+            for n in range(1, 201)
+        )
+    served = request.getfixturevalue("s3_server").requests_served if not storage.is_local(storage_base) else None
+    before = served() if served else 0
+    listed = service.reads.checkpoints(job_id)
+    assert [c.step for c in listed] == [9, 10, 100]
+    if served:
+        assert served() - before <= 2, f"{served() - before} requests to list 200 checkpoint rows"
+
+
 def test_a_code_package_is_stored_and_read_back(storage_base, request, tmp_path):
     env = request.getfixturevalue("s3_env") if storage_base.startswith("s3://") else {}
     target = start_target(tmp_path / "data", RAYDOCK_STORAGE_PATH=storage_base, RAYDOCK_CODE_ROOT="", **env)

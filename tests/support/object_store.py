@@ -20,6 +20,7 @@ where a job's credentials would be held to its own prefix.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +83,11 @@ class S3Server:
             aws_secret_access_key=NODE_ENV["AWS_SECRET_ACCESS_KEY"],
         ).create_bucket(Bucket=BUCKET)
         return self
+
+    def requests_served(self) -> int:
+        """How many requests the endpoint has answered so far (its access log's lines)."""
+        with open(self.log.name, errors="replace") as f:
+            return sum(1 for line in f if re.search(r'"(GET|HEAD|PUT|POST|DELETE) /', line))
 
     def fresh_prefix(self) -> str:
         return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
