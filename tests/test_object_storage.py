@@ -21,6 +21,7 @@ from api.schemas.launch import LaunchFile
 from bench.harness.attacks import start_target
 from bench.harness.download_attacks import download_path
 from bench.harness.jobstore import job_service, set_columns, submit
+from service.cluster.local_cluster import head_env, storage_env
 from service.db.event_models import CheckpointRow
 from service.db.models import utcnow
 from service.files import storage
@@ -51,6 +52,23 @@ def test_the_driver_is_handed_the_endpoint_and_region_only_for_an_object_store(m
     with pytest.raises(ValidationError) as refused:
         Settings()
     assert "AWS_ENDPOINT_URL_S3" in str(refused.value)
+
+
+def test_a_local_head_gets_the_stores_variables_only_when_storage_is_that_store(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "node-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "node-secret")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/etc/gcs.json")
+    monkeypatch.setenv("RAYDOCK_API_TOKEN", "stays-with-the-server")
+    on_s3 = storage_env("s3://bucket/prefix")
+    assert on_s3["AWS_ACCESS_KEY_ID"] == "node-key" and on_s3["AWS_SECRET_ACCESS_KEY"] == "node-secret"
+    assert all(k.startswith("AWS_") for k in on_s3)
+    assert storage_env("gs://bucket/prefix")["GOOGLE_APPLICATION_CREDENTIALS"] == "/etc/gcs.json"
+    assert not [k for k in storage_env("gs://bucket/prefix") if k.startswith("AWS_")]
+    assert storage_env("/srv/storage") == storage_env("file:///srv/storage") == storage_env(None) == {}
+    # What the head is started with: the allowlist, and the store's variables on top.
+    head = head_env(storage_env("s3://bucket/prefix"))
+    assert head["AWS_SECRET_ACCESS_KEY"] == "node-secret" and "RAYDOCK_API_TOKEN" not in head
+    assert "AWS_SECRET_ACCESS_KEY" not in head_env(storage_env("/srv/storage"))
 
 
 def read(uri: str) -> bytes:
