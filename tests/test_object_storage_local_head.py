@@ -18,7 +18,7 @@ import pytest
 from api.client import Client
 from bench.harness.servers import ServerProcess
 from bench.harness.specs import digits_spec
-from bench.harness.waiting import wait_for
+from bench.harness.waiting import run_to_end
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
 from service.files import storage
 from tests.support.object_store import NODE_ENV
@@ -77,11 +77,7 @@ def test_a_local_head_on_s3_gives_its_nodes_the_endpoint_and_writes_the_secret_n
 
         with Client(server.url) as client:
             job = client.submit(digits_spec(name="local-head-s3", epochs=2, scaling={"num_workers": 1}))
-            try:
-                wait_for(lambda: job.refresh().status.is_terminal(), 300, "the job to end")
-            finally:
-                if not job.refresh().status.is_terminal():
-                    job.cancel()
+            run_to_end(job, 300)
             assert job.status.value == "SUCCEEDED", job.info.error
             prefix = storage.job_prefix(base, job.id)
             checkpoints = job.checkpoints()
