@@ -120,6 +120,12 @@ def test_trial_ids_a_search_sends_never_name_a_folder(target, outside, tmp_path)
     assert not (target.server.data_dir / "tensorboard-staging" / job).exists()  # staging goes with the export
     honest = ta.tensorboard_folder(target, job, tmp_path / "copied") / trial_folder("t_00000")
     assert scalars(honest, "loss")[-1] == (3, pytest.approx(1.0 / 43))
+    # What the user downloads is the same folders, read from either backend.
+    answer = httpx.get(f"{target.url}/v1/jobs/{job}/tensorboard", timeout=60)
+    assert answer.status_code == 200, answer.text
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        folders = {m.name.split("/")[-2] for m in tar.getmembers() if m.isfile() and "events.out.tfevents" in m.name}
+    assert folders == names
 
 
 def test_links_a_job_plants_in_its_storage_are_not_followed(target, tmp_path):
