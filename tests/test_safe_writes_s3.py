@@ -42,7 +42,7 @@ def target(s3_server, tmp_path_factory):
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         service = job_service(url, data, storage_path=base)  # migrates the store before the server opens it
         env = {"RAYDOCK_DATABASE_URL": url, "RAYDOCK_STORAGE_PATH": base, "RAYDOCK_CODE_ROOT": "", **s3_server.env()}
-        target = Target(ServerProcess(data, dead_ray(), extra_env=env).start(), service)
+        target = Target(ServerProcess(data, dead_ray(), extra_env=env).start(timeout=180), service)
         yield target, base
         target.server.stop()
         service.sessions.kw["bind"].dispose()
