@@ -44,11 +44,11 @@ NODE_ENV = {
 
 
 class S3Server:
-    """moto's S3 server on 127.0.0.1, one bucket made in it."""
+    """moto's S3 server on 127.0.0.1 (or ``host``: an address other hosts reach), one bucket made in it."""
 
-    def __init__(self) -> None:
-        self.port = free_ports(1)[0]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host, self.port = host, free_ports(1)[0]
+        self.endpoint = f"http://{host}:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="raydock-moto-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
 
@@ -57,7 +57,7 @@ class S3Server:
 
     def start(self, timeout: float = 60.0) -> "S3Server":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
