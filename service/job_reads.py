@@ -111,12 +111,14 @@ class JobReads:
         # Ray Train deletes checkpoints beyond `checkpoint.keep`; list only those still stored
         # (and, checked again, only inside the job's own prefix).
         prefix = self.prefix(job_id)
+        owned = [r for r in rows if storage.owned(r.path, prefix)]
+        stored = storage.existing([r.path for r in owned])  # one listing per folder on an object store
         return [
             CheckpointPublic(
                 id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
             )
-            for r in rows
-            if storage.owned(r.path, prefix) and storage.exists(r.path)
+            for r in owned
+            if r.path in stored
         ]
 
     def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:

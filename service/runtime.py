@@ -82,6 +82,7 @@ def build_runtime(settings: Settings) -> Runtime:
             settings.storage.data_dir / "ray",
             num_cpus=settings.cluster.local_num_cpus,
             auth_token_path=settings.local_head_token_path,
+            storage_path=settings.storage.resolved_storage_path,  # an object store's variables go to the nodes
         )
         address = head.dashboard_url
         log.info("using local Ray head at %s (pid %s)", address, head.pid)

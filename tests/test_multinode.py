@@ -4,11 +4,15 @@ and the raydock server on the machine reaching the head's dashboard over a bridg
 
 An elastic job of 1..2 workers of one CPU must spread over both hosts; killing every
 Ray process of the worker host (as a lost machine) makes it restart from its last
-checkpoint on the head alone and finish. Skipped where namespaces cannot be made.
+checkpoint on the head alone and finish. Opt-in (long): a job of one rank per host whose
+storage is the suite's S3 endpoint, on the machine's address on the bridge, and no path on
+disk, checkpoints there and its checkpoint downloads through the API. Skipped where
+namespaces cannot be made.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -18,12 +22,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.client import Client
 from api.errors import ClusterUnavailable
 from bench.harness.servers import ServerProcess
-from bench.harness.waiting import wait_for
+from bench.harness.specs import digits_spec
+from bench.harness.waiting import run_to_end, wait_for
 from service.cluster.local_cluster import free_ports, head_env
 from service.cluster.ray_backend import RayBackend
+from service.files import storage
 from tests.support.netns import NetworkHosts
+from tests.support.object_store import NODE_ENV, S3Server
 from tests.support.session import session_token_path
 
 pytestmark = pytest.mark.slow  # starts a cluster of its own
@@ -86,7 +94,8 @@ def two_hosts(tmp_path_factory):
             head_ip, worker_ip = net.addresses
             gcs, dash = free_ports(2)  # each namespace has its own ports; these only need to differ from each other
             # Token auth with the run's own token (tests/conftest.py); a joining node sends it too.
-            env = head_env(HEAD_ENV, auth_token_path=session_token_path())
+            # The nodes hold the test S3 endpoint's credentials, as a cluster on object storage does.
+            env = head_env({**HEAD_ENV, **NODE_ENV}, auth_token_path=session_token_path())
             head = net.popen(
                 0,
                 ray_node_cmd(temp_dirs[0], head_ip, head_port=gcs, dashboard_port=dash),
@@ -124,6 +133,7 @@ def two_hosts(tmp_path_factory):
             yield {
                 "net": net,
                 "server": server,
+                "dashboard": dashboard,
                 "head_ip": head_ip,
                 "worker_ip": worker_ip,
                 "worker_session": worker.pid,
@@ -134,6 +144,41 @@ def two_hosts(tmp_path_factory):
             net.close()  # the Ray processes first, then their temp dirs
             for d in temp_dirs:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def bridge_s3(two_hosts):
+    """The S3 endpoint on the machine's address on the bridge, which both hosts reach."""
+    s3 = S3Server(host=two_hosts["net"].machine_address).start()
+    yield s3
+    s3.stop()
+
+
+# Before the test that loses the worker host: this one needs both. Opt-in for time.
+@pytest.mark.long
+def test_a_job_on_two_hosts_whose_only_shared_storage_is_s3_checkpoints_there(two_hosts, bridge_s3, tmp_path):
+    base = bridge_s3.fresh_prefix()
+    env = {**bridge_s3.env(), "RAYDOCK_STORAGE_PATH": base}
+    server = ServerProcess(tmp_path / "server", two_hosts["dashboard"], extra_env=env).start(timeout=180)
+    try:
+        with Client(server.url) as client:
+            job = client.submit(
+                digits_spec(name="two-hosts-s3", epochs=3, scaling={"num_workers": 2, "cpus_per_worker": 1})
+            )
+            run_to_end(job, 300)
+            assert job.status.value == "SUCCEEDED", job.info.error
+            groups = httpx.get(f"{server.url}/v1/jobs/{job.id}/worker-groups", timeout=30).json()
+            ips = sorted(n["ip"] for n in groups[0]["nodes"])
+            assert ips == sorted([two_hosts["head_ip"], two_hosts["worker_ip"]])  # one rank per host
+            checkpoints = job.checkpoints()
+            prefix = storage.job_prefix(base, job.id)
+            assert checkpoints and all(c.path.startswith(prefix + "/") for c in checkpoints)
+            last = max(checkpoints, key=lambda c: c.epoch)
+            restored = job.download_checkpoint(last, dest=tmp_path / "restored")
+            assert json.loads((restored / "state.json").read_text())["epoch"] == 3
+            assert json.loads((restored / "state.json").read_text())["world_size"] == 2
+    finally:
+        server.stop()
 
 
 def test_elastic_job_spans_two_hosts_and_continues_on_the_head_when_one_is_lost(two_hosts):

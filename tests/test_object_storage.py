@@ -21,6 +21,7 @@ from api.schemas.launch import LaunchFile
 from bench.harness.attacks import start_target
 from bench.harness.download_attacks import download_path
 from bench.harness.jobstore import job_service, set_columns, submit
+from service.cluster.local_cluster import head_env, storage_env
 from service.db.event_models import CheckpointRow
 from service.db.models import utcnow
 from service.files import storage
@@ -51,6 +52,23 @@ def test_the_driver_is_handed_the_endpoint_and_region_only_for_an_object_store(m
     with pytest.raises(ValidationError) as refused:
         Settings()
     assert "AWS_ENDPOINT_URL_S3" in str(refused.value)
+
+
+def test_a_local_head_gets_the_stores_variables_only_when_storage_is_that_store(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "node-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "node-secret")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/etc/gcs.json")
+    monkeypatch.setenv("RAYDOCK_API_TOKEN", "stays-with-the-server")
+    on_s3 = storage_env("s3://bucket/prefix")
+    assert on_s3["AWS_ACCESS_KEY_ID"] == "node-key" and on_s3["AWS_SECRET_ACCESS_KEY"] == "node-secret"
+    assert all(k.startswith("AWS_") for k in on_s3)
+    assert storage_env("gs://bucket/prefix")["GOOGLE_APPLICATION_CREDENTIALS"] == "/etc/gcs.json"
+    assert not [k for k in storage_env("gs://bucket/prefix") if k.startswith("AWS_")]
+    assert storage_env("/srv/storage") == storage_env("file:///srv/storage") == storage_env(None) == {}
+    # What the head is started with: the allowlist, and the store's variables on top.
+    head = head_env(storage_env("s3://bucket/prefix"))
+    assert head["AWS_SECRET_ACCESS_KEY"] == "node-secret" and "RAYDOCK_API_TOKEN" not in head
+    assert "AWS_SECRET_ACCESS_KEY" not in head_env(storage_env("/srv/storage"))
 
 
 def read(uri: str) -> bytes:
@@ -182,6 +200,28 @@ def test_checkpoints_are_listed_and_downloaded_through_the_api(storage_base, req
     assert got.status_code == 200, got.text
     with tarfile.open(fileobj=io.BytesIO(got.content), mode="r:gz") as tar:
         assert {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()} == files
+
+
+def test_listing_a_jobs_checkpoints_costs_one_request_whatever_it_reported(service, storage_base, request):
+    """A job lists every checkpoint it ever reported, most deleted by ``checkpoint.keep``: on
+    an object store one listing of their folder answers which are left, not a lookup each
+    (those starved a job's own uploads to the endpoint while a client polled the list)."""
+    job_id = submit(service, name="many")
+    run = storage.join(service.reads.prefix(job_id), job_id)
+    kept = {9, 10, 100}  # checkpoint_9 next to checkpoint_90 .. _99: a name that starts another's is not it
+    for n in kept:
+        storage.write_private(service.reads.prefix(job_id), f"{job_id}/checkpoint_{n}/state.json", b"{}")
+    with service.sessions.begin() as s:
+        s.add_all(
+            CheckpointRow(job_id=job_id, attempt=1, path=storage.join(run, f"checkpoint_{n}"), step=n, epoch=n)
+            for n in range(1, 201)
+        )
+    served = request.getfixturevalue("s3_server").requests_served if not storage.is_local(storage_base) else None
+    before = served() if served else 0
+    listed = service.reads.checkpoints(job_id)
+    assert [c.step for c in listed] == [9, 10, 100]
+    if served:
+        assert served() - before <= 2, f"{served() - before} requests to list 200 checkpoint rows"
 
 
 def test_a_code_package_is_stored_and_read_back(storage_base, request, tmp_path):

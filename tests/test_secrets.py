@@ -15,6 +15,7 @@ import pytest
 
 from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
+from tests.support.processes import environ
 
 pytestmark = pytest.mark.slow  # starts a Ray head of its own
 
@@ -45,14 +46,6 @@ def own_head_server(tmp_path_factory):
         head = head or find_head(data / "ray")
         if head is not None:
             head.stop()
-
-
-def environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
 def test_head_environment_holds_no_server_secret(own_head_server):

@@ -15,18 +15,27 @@ import httpx
 import pytest
 from sqlalchemy import delete
 
+from api import object_store
 from bench.harness import tracking_attacks as ta
 from bench.harness.waiting import wait_for
 from service.db.event_models import TrialMetricRow
 from service.db.models import JobRow
+from service.files import storage
 from service.tracking.names import trial_folder
 
 pytestmark = pytest.mark.slow  # a server of its own, importing torch's SummaryWriter and MLflow: seconds
 
 
 @pytest.fixture()
-def target(tmp_path):
-    t = ta.start_tracking_target(tmp_path / "data", tmp_path / "mlruns")
+def target(request, tmp_path):
+    """A tracking server on local storage, or (``parametrize("target", ["s3"], indirect=True)``)
+    on a fresh prefix of the suite's S3 endpoint."""
+    if getattr(request, "param", "local") == "s3":
+        env = request.getfixturevalue("s3_env")
+        base = request.getfixturevalue("s3_server").fresh_prefix()
+        t = ta.start_tracking_target(tmp_path / "data", tmp_path / "mlruns", base, **env)
+    else:
+        t = ta.start_tracking_target(tmp_path / "data", tmp_path / "mlruns")
     yield t
     t.stop()
 
@@ -59,8 +68,10 @@ def outside():
         yield Path(path)
 
 
-def test_trial_ids_a_search_sends_never_name_a_folder(target, outside):
+@pytest.mark.parametrize("target", ["local", "s3"], indirect=True)
+def test_trial_ids_a_search_sends_never_name_a_folder(target, outside, tmp_path):
     job = ta.running(target, ta.tracked_search({"tensorboard": True}))
+    on_s3 = not storage.is_local(target.service.settings.storage.resolved_storage_path)
     storage_root = ta.prefix(target, job).parent
     pushed = {str(outside / "pushed-abs"): 0, "../../pushed-up": 10}  # where the old export wrote
     stored = {str(outside / "stored-abs"): 20, "../../stored-up": 30}  # kept by a server from before the bound
@@ -83,9 +94,19 @@ def test_trial_ids_a_search_sends_never_name_a_folder(target, outside):
         storage_root / "stored-up",
     ):
         assert not path.exists(), f"the exporter wrote {path}: {ta.files_below(path)}"
+    if on_s3:  # every object the export wrote is in the job's TensorBoard folder, none beside it
+        _, inside = object_store.filesystem(ta.tensorboard_uri(target, job))
+
+        # The copy follows the cursor: wait for the three honest folders' files.
+        def three_folders() -> list[str]:
+            found = ta.stored_keys(target)
+            return found if len({k.rsplit("/", 2)[-2] for k in found}) >= 3 else []
+
+        keys = wait_for(three_folders, 30, "the three trials' event files on the bucket")
+        assert all(k.startswith(inside + "/") for k in keys), keys
     count, reason = ta.dropped(target, job)
     assert count == 4 and "trial_id" in reason, (count, reason)  # the pushed ones, refused at ingest
-    folder = ta.prefix(target, job) / "tensorboard"
+    folder = ta.tensorboard_folder(target, job, tmp_path / "copied")
     # Every run folder is the server's name for the trial, inside the job's prefix.
     names = {trial_folder(t) for t in ("t_00000", *stored)}
     assert {p.name for p in folder.iterdir() if p.is_dir()} == names
@@ -97,7 +118,14 @@ def test_trial_ids_a_search_sends_never_name_a_folder(target, outside):
     ta.end(target, job)
     wait_done(target, job)
     assert not (target.server.data_dir / "tensorboard-staging" / job).exists()  # staging goes with the export
+    honest = ta.tensorboard_folder(target, job, tmp_path / "copied") / trial_folder("t_00000")
     assert scalars(honest, "loss")[-1] == (3, pytest.approx(1.0 / 43))
+    # What the user downloads is the same folders, read from either backend.
+    answer = httpx.get(f"{target.url}/v1/jobs/{job}/tensorboard", timeout=60)
+    assert answer.status_code == 200, answer.text
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        folders = {m.name.split("/")[-2] for m in tar.getmembers() if m.isfile() and "events.out.tfevents" in m.name}
+    assert folders == names
 
 
 def test_links_a_job_plants_in_its_storage_are_not_followed(target, tmp_path):

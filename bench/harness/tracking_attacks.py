@@ -6,11 +6,13 @@ tests/test_tracking_attacks.py and ``python -m bench.abuse_tracking``."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
 
+from api import object_store
 from api.schemas import parse_job_spec
 from bench.harness.attacks import SEARCH, SID, TOKEN, Target
 from bench.harness.jobstore import dead_ray, set_columns
@@ -31,13 +33,15 @@ from service.tracking.names import trial_folder
 INTERVAL_S = "0.2"  # the exporter's pass, short so a test waits little
 
 
-def start_tracking_target(data_dir: Path, mlruns: Path) -> Target:
-    """A server whose exporter runs every 0.2 s, with an MLflow file store at ``mlruns``."""
+def start_tracking_target(data_dir: Path, mlruns: Path, storage_path: str | None = None, **env: str) -> Target:
+    """A server whose exporter runs every 0.2 s, with an MLflow file store at ``mlruns``;
+    its storage in ``data_dir`` unless ``storage_path`` names another (an S3 prefix, with
+    the endpoint's variables in ``env``)."""
     url = f"sqlite:///{data_dir / 'raydock.db'}"
     mlflow_uri = f"file:{mlruns}"
     address = dead_ray()
     settings = Settings(
-        storage={"data_dir": data_dir, "database_url": url},
+        storage={"data_dir": data_dir, "database_url": url, "storage_path": storage_path},
         cluster={"ray_address": address},
         tracking={"mlflow_tracking_uri": mlflow_uri},
     )
@@ -47,6 +51,8 @@ def start_tracking_target(data_dir: Path, mlruns: Path) -> Target:
         "RAYDOCK_MLFLOW_TRACKING_URI": mlflow_uri,
         "RAYDOCK_TRACKING_INTERVAL_S": INTERVAL_S,
         "MLFLOW_ALLOW_FILE_STORE": "true",
+        **({"RAYDOCK_STORAGE_PATH": storage_path} if storage_path else {}),
+        **env,
     }
     return Target(ServerProcess(data_dir, dead_ray(), extra_env=env).start(), service)
 
@@ -77,6 +83,36 @@ def tracked_search(tracking: dict) -> dict:
 
 def prefix(target: Target, job_id: str) -> Path:
     return Path(storage.local_path(storage.job_prefix(target.service.settings.storage.resolved_storage_path, job_id)))
+
+
+def tensorboard_uri(target: Target, job_id: str) -> str:
+    return storage.join(
+        storage.job_prefix(target.service.settings.storage.resolved_storage_path, job_id), "tensorboard"
+    )
+
+
+def tensorboard_folder(target: Target, job_id: str, copy_to: Path) -> Path:
+    """The job's TensorBoard folder as a local folder, for TensorBoard's reader: the folder
+    itself on local storage, a fresh copy of it (in ``copy_to``) from an object store."""
+    uri = tensorboard_uri(target, job_id)
+    if storage.is_local(uri):
+        return Path(storage.local_path(uri))
+    import pyarrow.fs as pafs
+
+    shutil.rmtree(copy_to, ignore_errors=True)
+    copy_to.mkdir(parents=True)
+    fs, path = object_store.filesystem(uri)
+    pafs.copy_files(path, str(copy_to), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    return copy_to
+
+
+def stored_keys(target: Target) -> list[str]:
+    """Every object under an object store's storage path (its bucket/key paths)."""
+    import pyarrow.fs as pafs
+
+    fs, root = object_store.filesystem(target.service.settings.storage.resolved_storage_path)
+    found = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sorted(i.path for i in found if i.type == pafs.FileType.File)
 
 
 def metrics(first: int, n: int) -> list[dict]:

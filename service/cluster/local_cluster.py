@@ -9,7 +9,12 @@ What the head is given is chosen, not inherited: it listens on 127.0.0.1 only, r
 Ray token auth when a token file is named (the server always names one, and creates it
 0600), and gets an allowlisted environment. Every job's code runs in processes forked
 from this head, so whatever the head's environment holds (the API token, the database
-URL, cloud keys) user code could read.
+URL, cloud keys) user code could read. The one exception made on purpose: when the
+storage is an object store, the head gets that store's variables (``STORAGE_ENV``: the
+``AWS_*`` credentials, endpoint and region for ``s3://``), as every node of a cluster on
+object storage holds them, since its drivers and workers read and write checkpoints there.
+They go into the head's environment only: never into ``cluster.json``, a launch file or
+a log.
 """
 
 from __future__ import annotations
@@ -63,6 +68,15 @@ HEAD_ENV_NAMES = frozenset(
 HEAD_ENV_PREFIXES = ("LC_", "PYTHON", "CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "TORCH_", "RAY_", "AUTOSCALER_")
 HEAD_ENV_DENIED = frozenset({"RAY_ADDRESS"})
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+# What the nodes need to reach the storage, by the storage URI's scheme: the variables
+# pyarrow (and the SDKs under it) read for that store. Local storage needs none.
+STORAGE_ENV: dict[str, tuple[str, ...]] = {
+    "s3": ("AWS_",),
+    "gs": ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_"),
+    "gcs": ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_"),
+    "abfs": ("AZURE_",),
+    "abfss": ("AZURE_",),
+}
 
 
 @dataclass
@@ -159,6 +173,15 @@ def head_env(extra: dict[str, str] | None = None, *, auth_token_path: Path | Non
             env.pop(k, None)
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(auth_token_path))
     return {**env, **(extra or {})}
+
+
+def storage_env(storage_path: str | None) -> dict[str, str]:
+    """The variables of this process's environment the nodes need to reach ``storage_path``
+    (``STORAGE_ENV`` by its scheme); none for a local path."""
+    if not storage_path or "://" not in storage_path:
+        return {}
+    prefixes = STORAGE_ENV.get(storage_path.split("://", 1)[0].lower(), ())
+    return {k: v for k, v in os.environ.items() if prefixes and k.startswith(prefixes)}
 
 
 def ensure_token(path: Path) -> Path:
@@ -306,11 +329,18 @@ def find_head(state_dir: Path) -> LocalHead | None:
     return head if head.alive() else None
 
 
-def ensure_head(state_dir: Path, *, num_cpus: int | None = None, auth_token_path: Path | None = None) -> LocalHead:
-    """The head a previous server left running (with the token it was started with), or a new one."""
+def ensure_head(
+    state_dir: Path,
+    *,
+    num_cpus: int | None = None,
+    auth_token_path: Path | None = None,
+    storage_path: str | None = None,
+) -> LocalHead:
+    """The head a previous server left running (with the token and storage variables it
+    was started with), or a new one whose nodes reach ``storage_path`` (``storage_env``)."""
     head = find_head(state_dir)
     if head is None:
-        return start_head(state_dir, num_cpus=num_cpus, auth_token_path=auth_token_path)
+        return start_head(state_dir, num_cpus=num_cpus, auth_token_path=auth_token_path, env=storage_env(storage_path))
     if auth_token_path is not None and head.auth_token_path != str(auth_token_path):
         log.warning(
             "the running local Ray head (pid %s) was not started with the token file %s; it is kept so its jobs "

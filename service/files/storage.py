@@ -106,6 +106,30 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
+def existing(uris: list[str]) -> set[str]:
+    """Which of ``uris`` name something in storage. Locally each is looked up; on an object
+    store a lookup costs a request or two per object (and a job lists every checkpoint it
+    ever reported, most deleted by ``checkpoint.keep``), so each folder they are in is
+    listed once instead: a job's checkpoints share one."""
+    found: set[str] = set()
+    by_folder: dict[str, list[str]] = {}
+    for uri in uris:
+        if is_local(uri):
+            if exists(uri):
+                found.add(uri)
+        else:
+            by_folder.setdefault(uri.rstrip("/").rsplit("/", 1)[0], []).append(uri)
+    for folder, members in by_folder.items():
+        fs, path = _resolve(folder)
+        listed = {
+            info.path.rstrip("/")
+            for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+            if info.type != pafs.FileType.NotFound
+        }
+        found.update(uri for uri in members if _resolve(uri)[1].rstrip("/") in listed)
+    return found
+
+
 def write_private(prefix: str, relative: str, data: bytes) -> None:
     """Write ``relative`` under ``prefix`` so only the server's user can read it (0600
     where the filesystem has modes). Locally nothing on the way below the prefix's parent

@@ -93,6 +93,8 @@ async def leases(request: Request) -> Leases:
 
 async def health(request: Request) -> Health:
     return request.app.state.runtime.health
+
+
 async def schedules(request: Request) -> Schedules:
     return request.app.state.runtime.schedules
 

@@ -20,6 +20,7 @@ where a job's credentials would be held to its own prefix.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,11 +44,11 @@ NODE_ENV = {
 
 
 class S3Server:
-    """moto's S3 server on 127.0.0.1, one bucket made in it."""
+    """moto's S3 server on 127.0.0.1 (or ``host``: an address other hosts reach), one bucket made in it."""
 
-    def __init__(self) -> None:
-        self.port = free_ports(1)[0]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host, self.port = host, free_ports(1)[0]
+        self.endpoint = f"http://{host}:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="raydock-moto-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
 
@@ -56,7 +57,7 @@ class S3Server:
 
     def start(self, timeout: float = 60.0) -> "S3Server":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -82,6 +83,11 @@ class S3Server:
             aws_secret_access_key=NODE_ENV["AWS_SECRET_ACCESS_KEY"],
         ).create_bucket(Bucket=BUCKET)
         return self
+
+    def requests_served(self) -> int:
+        """How many requests the endpoint has answered so far (its access log's lines)."""
+        with open(self.log.name, errors="replace") as f:
+            return sum(1 for line in f if re.search(r'"(GET|HEAD|PUT|POST|DELETE) /', line))
 
     def fresh_prefix(self) -> str:
         return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
