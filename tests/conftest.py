@@ -22,6 +22,7 @@ from api.client import Client
 from bench.harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
 from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
+from tests.support.browser import browser, tab  # noqa: F401  (fixtures: a real Chromium and a tab on it)
 from tests.support.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
 from tests.support.object_store import NODE_ENV, s3_env, s3_server, storage_base  # noqa: F401  (fixtures: local and S3 storage)
 from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path

@@ -14,7 +14,7 @@ from bench.harness.jobstore import dead_ray
 from bench.harness.replicas import LEASED
 from bench.harness.servers import ServerProcess
 from bench.harness.waiting import wait_for
-from tests.test_dashboard import WAIT_MS, Tab, browser  # noqa: F401  (browser: the module's Chromium)
+from tests.support.browser import WAIT_MS, Tab
 
 pytestmark = pytest.mark.slow
 
