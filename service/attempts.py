@@ -278,6 +278,8 @@ class Attempts:
             if fence is not None:
                 fence.hold(s)
             job = s.get(JobRow, job_id)
+            if job is not None and job.ray_job_id == sid and job.status in ACTIVE:
+                return  # confirmed already (a pass before this one): its Ray job is the job's and runs on
             if job is None:
                 started = False
             else:
