@@ -23,6 +23,7 @@ from service.db.engine import make_engine, make_sessionmaker
 from service.db.job_records import LoopReads
 from service.db.leases import LeaseLost, Leases
 from service.db.models import store_id
+from service.db.wakes import Wakes
 from service.eventlog.deliverer import POLL_S, Deliverer
 from service.events.ingest import Ingest
 from service.events.log_tails import LogTails
@@ -174,6 +175,12 @@ def units(
         )
     )
     monitor.wake = jobs.on_submit = tick.wake
+    wakes = Wakes(sessions.kw["bind"])
+    if wakes.enabled:  # PostgreSQL: a submit on any replica wakes the monitor where it runs
+        jobs.on_submit = lambda: (tick.wake(), wakes.notify())
+        runner.add(
+            Periodic("wakes", 0.0, lambda: wakes.listen(tick.wake), leased=False, own_thread=True, on_stop=wakes.stop)
+        )
     # Fenced: their writes prove the lease in their own transactions (a paused holder writes nothing stale).
     fenced = {"fenced": True, "lost": (LeaseLost,)}
     runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account, **fenced))
