@@ -10,8 +10,6 @@ take a minute or two on two cores."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import pytest
 
@@ -28,23 +26,6 @@ pytestmark = pytest.mark.long
 TTL_S = 3.0
 JOBS = 6
 EPOCHS = 2
-
-
-@pytest.fixture
-def store(postgres_server):
-    name = postgres_server.create_database()
-    yield postgres_server.url(name)
-    postgres_server.drop_database(name)
-
-
-@pytest.fixture
-def started():
-    servers: list[ServerProcess] = []
-    yield servers
-    for server in servers:
-        if server.proc is not None and server.proc.poll() is None:
-            os.kill(server.proc.pid, signal.SIGCONT)
-        server.stop()
 
 
 def _replica(root, name: str, store: str, ray_head, started) -> ServerProcess:
