@@ -1,6 +1,6 @@
 """Two real ``raydock serve`` replicas on one real PostgreSQL, the suite's Ray head and one
 storage path, running real jobs: a burst of small jobs submitted to both, the holder of
-the background units SIGKILLed in the middle of it. Every accepted job ends SUCCEEDED
+the background units SIGKILLed (or SIGSTOPped past its lease and resumed) in the middle of it. Every accepted job ends SUCCEEDED
 (none CANCELLED by nobody: the issue's reproduction had 3 of 12), each ran as exactly one
 Ray job (one per attempt, attempt 1), its metrics read from the survivor are gap-free and
 undoubled, and every job's webhooks arrived, in order, across the kill (at least once:
@@ -10,6 +10,8 @@ take a minute or two on two cores."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -35,6 +37,10 @@ def _replica(root, name: str, store: str, ray_head, started) -> ServerProcess:
         "RAYDOCK_STORAGE_PATH": str(root / "storage"),  # one storage path for every replica
         "RAYDOCK_WEBHOOK_ALLOW_PRIVATE": "1",
         "RAYDOCK_WEBHOOK_BACKOFF_S": "0.2",
+        # Cold drivers: a driver forked from the node's warm process crashed once in ray.init here
+        # (Ray's "WarmupStore() ... Seal() called on an object without a reference"), a fault of
+        # the warm start, not of the replicas this test is about.
+        "RAYDOCK_WARM_START": "0",
     }
     server = ServerProcess(root / name, ray_head.dashboard_url, extra_env=env).start()
     started.append(server)
@@ -51,7 +57,10 @@ def _spec(receiver: Receiver, n: int) -> dict:
     )
 
 
-def test_a_burst_across_a_killed_holder_runs_every_job_once(tmp_path, store, ray_head, started):
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_a_burst_across_a_lost_holder_runs_every_job_once(fault, tmp_path, store, ray_head, started):
+    """``kill``: SIGKILL, as in a crash. ``pause``: SIGSTOP until the other replica holds every
+    unit, then SIGCONT: the resumed replica's steps under way write nothing stale."""
     a = _replica(tmp_path, "a", store, ray_head, started)
     a_id = holder_of(a)
     wait_for(lambda: held_by(a, a_id), 30, "the first replica holds every unit", 0.05)
@@ -63,12 +72,18 @@ def test_a_burst_across_a_killed_holder_runs_every_job_once(tmp_path, store, ray
         for n in range(JOBS):
             if n == JOBS // 2:
                 wait_for(lambda: on_b.job(accepted[0].id).status.value != "QUEUED", 120, "a first job started", 0.1)
-                a.kill()  # the holder, mid-burst: its submits in flight and its monitor's starts die with it
+                if fault == "kill":
+                    a.kill()  # the holder, mid-burst: its submits in flight and its monitor's starts die with it
+                else:
+                    os.kill(a.proc.pid, signal.SIGSTOP)  # paused mid-burst, past its lease
+                    wait_for(lambda: held_by(b, b_id), 60, "the other replica takes the paused one's units", 0.05)
+                    os.kill(a.proc.pid, signal.SIGCONT)
             accepted.append((on_a if n % 2 == 0 and n < JOBS // 2 else on_b).submit(_spec(receiver, n)))
         wait_for(lambda: held_by(b, b_id), 60, "the survivor holds every unit", 0.05)
         ended = [on_b.job(job.id).wait(timeout=300) for job in accepted]
 
-        assert [(j.id, j.status.value) for j in ended] == [(j.id, "SUCCEEDED") for j in ended]
+        why = {j.id: (j.info.failure_cause, j.info.error) for j in ended if j.status.value != "SUCCEEDED"}
+        assert [(j.id, j.status.value) for j in ended] == [(j.id, "SUCCEEDED") for j in ended], why
         assert all(j.info.attempt == 1 for j in ended)
         for job in ended:
             moves = [(e.data["from"], e.data["to"]) for e in job.events(type="status_changed")]
