@@ -15,7 +15,6 @@ import logging
 import threading
 from typing import Callable
 
-import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -29,7 +28,7 @@ class Wakes:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.enabled = engine.dialect.name == "postgresql"
-        self._conn: psycopg.Connection | None = None  # the listener's own, made on its first step
+        self._conn = None  # the listener's own psycopg connection, made on its first step
         self._stopping = False
         self._busy = False  # a step is waiting on the connection
         self._lock = threading.Lock()
@@ -47,6 +46,8 @@ class Wakes:
 
     def listen(self, on_wake: Callable[[], None]) -> None:
         """Wait up to LISTEN_WAIT_S for a notification, calling ``on_wake`` if one came."""
+        import psycopg  # the postgres extra: only a server on PostgreSQL listens
+
         with self._lock:
             if self._stopping:
                 return
