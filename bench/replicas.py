@@ -14,6 +14,10 @@ holds every leased unit, starts B, then:
   holds them all: B's leases are freed as it exits, so C takes them at its next claim
   (within a second).
 
+It also times a wake across replicas (service/db/wakes.py): one replica's NOTIFY until
+another's listener calls its monitor's wake, against the monitor's own poll interval (what
+a submit on a replica that does not hold the monitor waited for without it).
+
 One row per figure, ``what | figure | bound | ok/FAIL``; ``main()`` returns the rows that failed.
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +35,9 @@ from bench.harness.databases import PostgresServer
 from bench.harness.replicas import held_by, holder_of, replica
 from bench.harness.waiting import wait_for
 from service.background.runner import WAITING_EVERY_S
+from service.db.engine import make_engine
+from service.db.wakes import Wakes
+from service.settings import ClusterSettings
 
 TAKEOVER_TARGET_S = 15.0
 
@@ -64,6 +72,33 @@ def one_round(root: Path, url: str, ttl_s: float) -> tuple[float, float, float]:
             server.kill()
 
 
+def wake_latencies(url: str, n: int = 50) -> list[float]:
+    """Seconds from a NOTIFY on one engine until a listener on another is woken, ``n`` times."""
+    sender, listener = Wakes(make_engine(url)), Wakes(make_engine(url))
+    woken, stop, seen = threading.Event(), threading.Event(), []
+
+    def listen() -> None:
+        while not stop.is_set():
+            listener.listen(woken.set)
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    time.sleep(1.5)  # its connection made and listening
+    try:
+        for _ in range(n):
+            woken.clear()
+            began = time.perf_counter()
+            sender.notify()
+            if not woken.wait(10):
+                raise RuntimeError("a wake never arrived")
+            seen.append(time.perf_counter() - began)
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.stop()
+    return seen
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -74,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     kills, stops, handovers = [], [], []
     try:
         print("what | figure | bound | ok/FAIL")
+        wakes = sorted(wake_latencies(pg.url(pg.create_database())))
         for n in range(args.rounds):
             url = pg.url(pg.create_database())
             with tempfile.TemporaryDirectory(prefix="raydock-replicas-") as tmp:
@@ -87,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         pg.stop()
+    poll_s = ClusterSettings().monitor_interval_s
+    row(
+        f"a submit on one replica wakes the monitor on another (NOTIFY to wake), p99 of {len(wakes)}",
+        f"{wakes[int(len(wakes) * 0.99) - 1] * 1000:.1f} ms (median {statistics.median(wakes) * 1000:.1f} ms)",
+        f"<= {poll_s * 1000 / 5:g} ms (a fifth of the monitor's poll, {poll_s:g} s)",
+        wakes[int(len(wakes) * 0.99) - 1] <= poll_s / 5,
+    )
     target = TAKEOVER_TARGET_S * args.ttl / 12.0
     row(
         f"take-over after SIGKILL of the holder (TTL {args.ttl:g} s), worst of {len(kills)}",

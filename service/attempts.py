@@ -117,7 +117,7 @@ class Attempts:
             if "No available agent" in str(exc):
                 return  # a head that just started has no job agent yet: the same id is submitted again
             self._fail_unstarted(
-                job_id, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", "Ray refused the job"
+                job_id, FailureCause.INFRASTRUCTURE, f"{type(exc).__name__}: {exc}", "Ray refused the job", fence
             )
             return
         self._inject_faults(job_id)
@@ -177,7 +177,7 @@ class Attempts:
         else:
             resources = self._launched_resources(uri, launch_sha256)
         spec = stored_spec(spec_json)
-        if not self._code_still_allowed(job_id, spec):
+        if not self._code_still_allowed(job_id, spec, fence):
             return None
         train = code_spec(spec)
         runtime_env = dict(train.runtime_env or {})
@@ -207,7 +207,7 @@ class Attempts:
         except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
             return None
 
-    def _code_still_allowed(self, job_id: str, spec: JobSpec) -> bool:
+    def _code_still_allowed(self, job_id: str, spec: JobSpec, fence: Fence | None = None) -> bool:
         """The policy again, as the attempt starts: Ray zips a server path now, not at the
         submit, so a link or a file added under it since fails the job (USER_CODE, with
         the policy's message) instead of being shipped; a job stored before a policy
@@ -223,14 +223,24 @@ class Attempts:
                 raise altered(sha256)
         except (InvalidSpec, Conflict) as exc:
             self._fail_unstarted(
-                job_id, FailureCause.USER_CODE, f"{exc.code}: {exc.message}", "the job's code changed since the submit"
+                job_id,
+                FailureCause.USER_CODE,
+                f"{exc.code}: {exc.message}",
+                "the job's code changed since the submit",
+                fence,
             )
             return False
         return True
 
-    def _fail_unstarted(self, job_id: str, cause: FailureCause, error: str, reason: str) -> None:
-        """Fail a job Ray never started, if it is still QUEUED; its submission id goes with it."""
+    def _fail_unstarted(
+        self, job_id: str, cause: FailureCause, error: str, reason: str, fence: Fence | None = None
+    ) -> None:
+        """Fail a job Ray never started, if it is still QUEUED; its submission id goes with it.
+        With ``fence``, only while the monitor's lease is held (a replica paused past it fails
+        nothing its new holder may be starting)."""
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)
             job = s.get(JobRow, job_id)
             if job is not None and job.status == JobStatus.QUEUED.value:
                 lifecycle.fail(s, job, cause, error, reason=reason)
@@ -278,6 +288,8 @@ class Attempts:
             if fence is not None:
                 fence.hold(s)
             job = s.get(JobRow, job_id)
+            if job is not None and job.ray_job_id == sid and job.status in ACTIVE:
+                return  # confirmed already (a pass before this one): its Ray job is the job's and runs on
             if job is None:
                 started = False
             else:

@@ -146,15 +146,19 @@ class Monitor:
         if (preempt := admitted.preempt) is not None:
             self.preemptions.preempt(preempt.victims, preempt.for_job, preempt.for_project, fence)
 
-    def account(self) -> None:
+    def account(self, fence: Fence | None = None) -> None:
         """Count the running attempts' usage up to now and add what was counted to the
-        projects' decayed usage (service/tenancy/usage.py); a unit runs it every ACCOUNT_EVERY_S."""
+        projects' decayed usage (service/tenancy/usage.py); a unit runs it every ACCOUNT_EVERY_S.
+        With ``fence`` (the usage unit's lease), only while that lease is held: a replica
+        paused past it counts nothing the new holder counts too (LeaseLost)."""
         with self._passes:
-            self._account()
+            self._account(fence)
 
-    def _account(self) -> None:
+    def _account(self, fence: Fence | None = None) -> None:
         running = tuple(s.value for s in lifecycle.RUNNING_STATES)
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)  # first: a take-over waits for this count, or refuses it
             now = utcnow()
             usage.accrue_running(s, running, now)
             usage.bill(s, now, self.settings.scheduling.fair_share_half_life_s)

@@ -30,6 +30,7 @@ from api.errors import ClusterUnavailable
 from api.schemas import JobStatus
 from service.cluster.ray_backend import RayBackend
 from service.db import purge
+from service.db.leases import Fence
 from service.db.models import JobRow, aware, store_id, utcnow
 from service.eventlog import log as eventlog
 from service.eventlog.log import record
@@ -135,15 +136,16 @@ class Retention:
             total = int(s.scalar(select(func.count()).select_from(JobRow).where(cond)) or 0)
         return [Doomed(r.id, r.name, r.status, aware(r.finished_at)) for r in rows], total
 
-    def delete_batch(self, job_ids: list[str]) -> list[str]:
+    def delete_batch(self, job_ids: list[str], fence: Fence | None = None) -> list[str]:
         """Delete these jobs if they are still finished, then their storage; returns the
         ids deleted. The rows go first: a crash in between leaves files, never a row
-        without its files."""
+        without its files. With ``fence`` (the retention unit's lease), they are marked
+        only while it is held."""
         if not job_ids:
             return []
         # Marked while still finished (a resume then refuses them), and deleted a chunk of
         # rows per transaction: a job with a million reports never holds the write lock long.
-        gone = purge.delete_jobs(self.sessions, purge.mark(self.sessions, job_ids, FINISHED))
+        gone = purge.delete_jobs(self.sessions, purge.mark(self.sessions, job_ids, FINISHED, fence))
         for job_id in gone:
             try:
                 storage.remove(storage.job_prefix(self.storage_path, job_id))
@@ -151,21 +153,23 @@ class Retention:
                 log.warning("job %s deleted; its storage could not be removed: %s", job_id, exc)
         return gone
 
-    def sweep(self, max_batches: int | None = None) -> int:
-        """Delete everything the policy names, a batch at a time; returns how many jobs."""
+    def sweep(self, max_batches: int | None = None, fence: Fence | None = None) -> int:
+        """Delete everything the policy names, a batch at a time; returns how many jobs.
+        With ``fence``, a replica that lost the unit's lease while paused deletes nothing
+        more (LeaseLost)."""
         deleted, batches = 0, 0
         while self.policy.is_set and (max_batches is None or batches < max_batches):
             doomed, _ = self.due()
             if not doomed:
                 break
-            gone = self.delete_batch([d.id for d in doomed])
+            gone = self.delete_batch([d.id for d in doomed], fence)
             if not gone:
                 break  # all resumed meanwhile: the next sweep looks again
             deleted, batches = deleted + len(gone), batches + 1
             time.sleep(PAUSE_S)
         if deleted:
             log.info("retention (%s): deleted %d finished jobs", self.policy, deleted)
-        trimmed = self.trim_event_log()
+        trimmed = self.trim_event_log(fence)
         if deleted or trimmed:
             with self.sessions.begin() as s:
                 record(s, "retention_sweep", jobs_deleted=deleted, events_deleted=trimmed, policy=str(self.policy))
@@ -173,13 +177,15 @@ class Retention:
             self.ray_records = self.forget_ray_jobs()
         return deleted
 
-    def trim_event_log(self) -> int:
+    def trim_event_log(self, fence: Fence | None = None) -> int:
         """Delete event-log rows (and webhook deliveries) past their retention, a batch per transaction."""
         if self.event_log_days is None:
             return 0
         trimmed = 0
         while True:
             with self.sessions.begin() as s:
+                if fence is not None:
+                    fence.hold(s)
                 n = eventlog.trim(s, self.event_log_days)
             trimmed += n
             if n < eventlog.TRIM_BATCH:

@@ -21,8 +21,9 @@ from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
 from service.db.engine import make_engine, make_sessionmaker
 from service.db.job_records import LoopReads
-from service.db.leases import Leases
+from service.db.leases import LeaseLost, Leases
 from service.db.models import store_id
+from service.db.wakes import Wakes
 from service.eventlog.deliverer import POLL_S, Deliverer
 from service.events.ingest import Ingest
 from service.events.log_tails import LogTails
@@ -183,16 +184,28 @@ def units(
         )
     )
     monitor.wake = jobs.on_submit = tick.wake
-    runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account))
-    runner.add(Periodic("code-collection", lambda: code.collect_every_s, code.collect))
+    wakes = Wakes(sessions.kw["bind"])
+    if wakes.enabled:  # PostgreSQL: a submit on any replica wakes the monitor where it runs
+        jobs.on_submit = lambda: (tick.wake(), wakes.notify())
+        runner.add(
+            Periodic("wakes", 0.0, lambda: wakes.listen(tick.wake), leased=False, own_thread=True, on_stop=wakes.stop)
+        )
+    # Fenced: their writes prove the lease in their own transactions (a paused holder writes nothing stale).
+    fenced = {"fenced": True, "lost": (LeaseLost,)}
+    runner.add(Periodic("usage", ACCOUNT_EVERY_S, monitor.account, **fenced))
+    runner.add(Periodic("code-collection", lambda: code.collect_every_s, code.collect, **fenced))
     # This replica's own snapshot of the warm pool (what its reads show): on every replica.
     runner.add(Periodic("warm-pool", backend.pool.refresh_s, backend.refresh_warm_pool, leased=False))
-    runner.add(Periodic("retention", settings.retention.retention_interval_s, retention.sweep))
+    runner.add(
+        Periodic("retention", settings.retention.retention_interval_s, lambda f: retention.sweep(fence=f), **fenced)
+    )
     # Reports to TensorBoard and MLflow, off the ingest path (service/tracking/exporter.py).
     exporter = Exporter(sessions, settings)
     runner.add(Periodic("tracking-export", settings.tracking.tracking_interval_s, exporter.export_once))
     # Webhooks: their posts run side by side on a loop of their own (their lanes are the deliverer's).
-    runner.add(Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose))
+    runner.add(
+        Periodic("webhooks", POLL_S, deliverer.deliver_once, own_thread=True, on_stop=deliverer.aclose, **fenced)
+    )
     # Schedules: each due tick's job, submitted once per tick (fenced: the tick and its job are one write).
     firing = Firing(sessions, jobs, settings.scheduling)
     runner.add(Periodic("schedules", firing.wait_s, firing.fire_due, fenced=True))

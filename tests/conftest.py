@@ -25,6 +25,7 @@ from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.support.browser import browser, tab  # noqa: F401  (fixtures: a real Chromium and a tab on it)
 from tests.support.cluster_teardown import cluster_left_as_found, module_leaves_cluster_idle  # noqa: F401  (autouse)
 from tests.support.object_store import NODE_ENV, s3_env, s3_server, storage_base  # noqa: F401  (fixtures: local and S3 storage)
+from tests.support.replica_fixtures import started, store  # noqa: F401  (fixtures: the replica tests' store and servers)
 from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path
 
 # A test that takes one of these needs the session's Ray head: it is marked ``slow``, so

@@ -11,29 +11,11 @@ import os
 import signal
 
 import httpx
-import pytest
 
 from bench.harness.replicas import LEASED, held_by, holder_of, holders, replica, replicas, runs, tokens
 from bench.harness.waiting import wait_for
 
 TTL_S = 3.0  # short, yet long past a busy machine's stalls: a holder renews every 0.75 s
-
-
-@pytest.fixture
-def store(postgres_server):
-    name = postgres_server.create_database()
-    yield postgres_server.url(name)
-    postgres_server.drop_database(name)
-
-
-@pytest.fixture
-def started(tmp_path):
-    servers = []
-    yield servers
-    for server in servers:
-        if server.proc is not None and server.proc.poll() is None:
-            os.kill(server.proc.pid, signal.SIGCONT)  # a paused one must hear its stop
-        server.kill()
 
 
 def _pair(tmp_path, store, started):

@@ -36,6 +36,8 @@ class Periodic:
     on_stop: Callable[[], Awaitable[None] | None] | None = None  # after its last run, on its loop
     leased: bool = True  # False: it runs on every replica (it keeps this replica's own state)
     fenced: bool = False  # its step takes the fence of the lease it runs under (None without leases)
+    # Raised by a fenced step whose lease moved on: said as a warning, not counted as a failure.
+    lost: tuple[type[BaseException], ...] = ()
     fence: Any = field(default=None, init=False)  # set by the runner as it starts the unit
     runs: int = field(default=0, init=False)
     failures: int = field(default=0, init=False)
@@ -62,6 +64,10 @@ class Periodic:
                 await self.step(*args)
             else:
                 await asyncio.to_thread(self.step, *args)
+        except self.lost as exc:  # the runner stops it at its next claim; the new holder does the work
+            ok = True
+            self.failures_in_row = 0
+            log.warning("background unit %s: its lease moved on; nothing written: %s", self.name, exc)
         except Exception:  # noqa: BLE001 - a unit outlives any one bad step, and never stops another
             ok = False
             self.failures += 1

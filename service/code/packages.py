@@ -50,6 +50,7 @@ from api.errors import CodeTooLarge, Conflict, InvalidSpec, NotFound
 from api.schemas import CODE_REF_PREFIX, CodeLimits, CodePackagePublic
 from service.code import quota
 from service.code.package_zip import check_zip
+from service.db.leases import Fence
 from service.db.models import CodePackageRow, JobCodeRow, JobRow, count, utcnow
 from service.db.tenancy_models import CodeRefRow
 from service.eventlog.log import SYSTEM, record
@@ -270,33 +271,38 @@ class CodeStore:
 
     # ------------------------------------------------------------------ retention
 
-    def _let_go(self, cutoff) -> None:
+    def _let_go(self, cutoff, fence: Fence | None = None) -> None:
         """End each project's hold on a package it has not used since ``cutoff`` and none
         of its jobs runs (the package itself stays while another project holds it)."""
         runs = exists().where(
             JobCodeRow.sha256 == CodeRefRow.sha256, JobRow.id == JobCodeRow.job_id, JobRow.project == CodeRefRow.project
         )
         with self.sessions.begin() as s:
+            if fence is not None:
+                fence.hold(s)
             s.execute(
                 delete(CodeRefRow).where(CodeRefRow.last_used_at < cutoff, ~runs),
                 execution_options={"synchronize_session": False},
             )
 
-    def collect(self) -> list[str]:
+    def collect(self, fence: Fence | None = None) -> list[str]:
         """Delete the packages no job references whose last use is older than the
         retention period; returns their hashes. The row goes first: a crash between
-        leaves a file no row names, which the next upload of it overwrites."""
+        leaves a file no row names, which the next upload of it overwrites. With ``fence``
+        (the unit's lease), each delete only while it is held (else LeaseLost)."""
         cutoff = utcnow() - timedelta(seconds=self.settings.code.code_retention_s)
         unreferenced = ~exists().where(JobCodeRow.sha256 == CodePackageRow.sha256)
         gone = []
         with self._lock:
-            self._let_go(cutoff)
+            self._let_go(cutoff, fence)
             with self.sessions() as s:
                 due = s.scalars(
                     select(CodePackageRow.sha256).where(CodePackageRow.last_used_at < cutoff, unreferenced)
                 ).all()
             for sha256 in due:
                 with self.sessions.begin() as s:
+                    if fence is not None:
+                        fence.hold(s)
                     deleted = s.execute(
                         delete(CodePackageRow).where(
                             CodePackageRow.sha256 == sha256, CodePackageRow.last_used_at < cutoff, unreferenced

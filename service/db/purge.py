@@ -26,6 +26,7 @@ from service.db.event_models import (
     TrialRow,
     WorkerGroupRow,
 )
+from service.db.leases import Fence
 from service.db.models import JobRow, TransitionRow
 
 CHUNK_ROWS = 5000  # rows deleted per transaction
@@ -44,11 +45,16 @@ CHILDREN = (
 )
 
 
-def mark(sessions: sessionmaker, job_ids: list[str], statuses: tuple[str, ...]) -> list[str]:
-    """Mark those of ``job_ids`` still in one of ``statuses`` as being deleted; returns them."""
+def mark(
+    sessions: sessionmaker, job_ids: list[str], statuses: tuple[str, ...], fence: Fence | None = None
+) -> list[str]:
+    """Mark those of ``job_ids`` still in one of ``statuses`` as being deleted; returns them.
+    With ``fence``, only while that lease is held (else LeaseLost, nothing marked)."""
     if not job_ids:
         return []
     with sessions.begin() as s:
+        if fence is not None:
+            fence.hold(s)
         q = update(JobRow).where(JobRow.id.in_(job_ids), JobRow.status.in_(statuses)).values(deleting=True)
         s.execute(q)
         return list(s.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.deleting.is_(True))))

@@ -21,6 +21,11 @@ deadline (``poster.py``). Fairness:
 - the server's webhooks (RAYDOCK_WEBHOOKS) have a lane of their own: a slot, connections
   and lookup threads per webhook, which no job's webhook can take.
 
+Run under its lease's fence (service/db/leases.py), every write of a pass (the fan-out, a
+delivery settled or given up) proves in its transaction that the lease is still held: a
+deliverer paused past its lease and resumed may post once more (at least once), but
+marks, retries and reorders nothing; the new holder posts that delivery again.
+
 For metrics: ``on_attempt(outcome)`` is called after every post with ``delivered``,
 ``retrying`` or ``failed`` (``service/runtime.py`` hands it the /metrics counter).
 """
@@ -39,6 +44,7 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import sessionmaker
 
 from service.db.eventlog_models import DeliveryRow, EventLogRow
+from service.db.leases import Fence, LeaseLost
 from service.db.models import aware, utcnow
 from service.eventlog import fanout
 from service.eventlog.log import public
@@ -74,6 +80,7 @@ class Deliverer:
         self._in_flight: set[str] = set()  # owners (a job, a server webhook) with a post under way or waiting
         self._lanes: tuple[Lane, Lane] | None = None  # (server, jobs), made on the unit's loop
         self._tasks: set[asyncio.Task] = set()
+        self._fence: Fence | None = None  # the lease this replica's passes run under
 
     # ------------------------------------------------------------------ the unit's step
 
@@ -88,8 +95,10 @@ class Deliverer:
             )
         return self._lanes
 
-    async def deliver_once(self) -> None:
-        """One pass: fan the new events out and start the posts that are due."""
+    async def deliver_once(self, fence: Fence | None = None) -> None:
+        """One pass: fan the new events out and start the posts that are due; with ``fence``,
+        every write only while that lease is held (LeaseLost otherwise)."""
+        self._fence = fence
         server, jobs = self._lanes_here()
         await asyncio.to_thread(self.fan_out)
         for post in await asyncio.to_thread(self._due):
@@ -116,7 +125,7 @@ class Deliverer:
             self._lanes = None
 
     def fan_out(self) -> int:
-        return fanout.fan_out(self.sessions, self.server)
+        return fanout.fan_out(self.sessions, self.server, self._fence)
 
     # ------------------------------------------------------------------ posting
 
@@ -141,6 +150,8 @@ class Deliverer:
                         break
             finally:
                 lane.slots.release()
+        except LeaseLost as exc:  # the new holder posts this delivery again, in its order
+            log.warning("webhook %s: this replica no longer delivers: %s", sub.id, exc)
         except Exception:  # noqa: BLE001 - the row stays pending and is tried again
             log.exception("webhook %s: a delivery failed to settle", sub.id)
         finally:
@@ -188,13 +199,19 @@ class Deliverer:
                     posts.append(_post(delivery, event, sub))
         if gone:
             with self.sessions.begin() as s:
+                self._hold(s)
                 for delivery_id in gone:
                     row = s.get(DeliveryRow, delivery_id)
                     row.state, row.last_error = "failed", "the subscription no longer exists"
         return posts
 
+    def _hold(self, s) -> None:
+        if self._fence is not None:
+            self._fence.hold(s)  # first in the transaction: a take-over waits for it, or refuses it
+
     def _settle(self, post: Post, outcome: Outcome) -> None:
         with self.sessions.begin() as s:
+            self._hold(s)
             row = s.get(DeliveryRow, post.delivery_id)
             if row is None:
                 return

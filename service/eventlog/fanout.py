@@ -10,6 +10,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import sessionmaker
 
 from service.db.eventlog_models import DeliveryRow, EventLogRow
+from service.db.leases import Fence
 from service.db.models import ServerMetaRow, aware, utcnow
 from service.eventlog.subscriptions import Subscription, job_subscriptions
 
@@ -22,15 +23,16 @@ SETTLE_S = 10.0
 CURSOR_KEY = "webhook_fanout_cursor"
 
 
-def fan_out(sessions: sessionmaker, server: list[Subscription]) -> int:
+def fan_out(sessions: sessionmaker, server: list[Subscription], fence: Fence | None = None) -> int:
     """Make the delivery rows of new events, a batch per transaction (at most
-    FANOUT_BATCHES a pass); returns how many."""
+    FANOUT_BATCHES a pass); returns how many. With ``fence``, each batch only while the
+    deliverer's lease is held (LeaseLost otherwise)."""
     with sessions.begin() as s:
         meta = s.get(ServerMetaRow, CURSOR_KEY)
         start = int(meta.value) if meta is not None else 0  # the log began with its migration: at 0
     made, settling = 0, False
     for _ in range(FANOUT_BATCHES):
-        n, start, settling, full = _batch(sessions, server, start, settling)
+        n, start, settling, full = _batch(sessions, server, start, settling, fence)
         made += n
         if not full:
             break
@@ -38,11 +40,13 @@ def fan_out(sessions: sessionmaker, server: list[Subscription]) -> int:
 
 
 def _batch(
-    sessions: sessionmaker, server: list[Subscription], after: int, settling: bool
+    sessions: sessionmaker, server: list[Subscription], after: int, settling: bool, fence: Fence | None = None
 ) -> tuple[int, int, bool, bool]:
     """Fan out the events after ``after``; the stored cursor moves past them while none
     before is still settling. Returns (rows made, last id, settling, batch full)."""
     with sessions.begin() as s:
+        if fence is not None:
+            fence.hold(s)
         q = select(EventLogRow).where(EventLogRow.id > after).order_by(EventLogRow.id).limit(FANOUT_BATCH)
         events = list(s.scalars(q))
         if not events:
