@@ -140,7 +140,9 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
-        admitted = self.queue.admit(fence)
+        with self._submit_lock:
+            starting = frozenset(self._submitting)  # before admission reads: each counts as held
+        admitted = self.queue.admit(fence, starting)
         for job_id in admitted.start:
             self._dispatch(job_id, fence)
         if (preempt := admitted.preempt) is not None:

@@ -154,11 +154,17 @@ def in_flight(s: Session) -> list[str]:
     return [r.id for r in _submitting(s, JobRow.id)]
 
 
-def held(s: Session, active: tuple[str, ...]) -> tuple[list[admission.Resources], list[admission.Extra]]:
-    """What the started jobs, and those being submitted, hold: (CPUs, GPUs) each, and
-    what the few that ask for more hold beyond them."""
-    columns = (JobRow.holds_cpus, JobRow.holds_gpus, JobRow.holds_extra)
+def held(
+    s: Session, active: tuple[str, ...], starting: frozenset[str] = frozenset()
+) -> tuple[list[admission.Resources], list[admission.Extra]]:
+    """What the started jobs, those being submitted, and those this monitor is starting
+    (``starting``: dispatched, whatever the store shows of them yet) hold: (CPUs, GPUs)
+    each, and what the few that ask for more hold beyond them. Each job counts once."""
+    columns = (JobRow.id, JobRow.holds_cpus, JobRow.holds_gpus, JobRow.holds_extra)
     rows = list(s.execute(select(*columns).where(JobRow.status.in_(active)))) + _submitting(s, *columns)
+    if starting:
+        rows += list(s.execute(select(*columns).where(JobRow.id.in_(starting))))
+    rows = list({r.id: r for r in rows}.values())
     return (
         [(r.holds_cpus, r.holds_gpus) for r in rows if r.holds_cpus is not None],
         [r.holds_extra for r in rows if r.holds_extra],

@@ -80,16 +80,21 @@ class QueueKeeper:
         self._unplaced: set[str] = set()  # touched jobs whose places are not stored yet
         self._big_move_at = float("-inf")
 
-    def admit(self, fence: Fence | None = None) -> Admitted:
+    def admit(self, fence: Fence | None = None, starting: frozenset[str] = frozenset()) -> Admitted:
         """One admission pass (its failures of waiting jobs fenced by the monitor's lease). The jobs to submit are those the plan starts, and those
         whose submit is under way or was cut short (their submission id is fixed, so they
-        hold their resources already and are submitted again with the same id)."""
+        hold their resources already and are submitted again with the same id).
+
+        ``starting``: the jobs the monitor dispatched and is still starting. They hold their
+        resources whatever the store shows of them yet: one that fixes its submission id
+        between this pass's read of what is held and its read of the queue would otherwise
+        be in neither, and its CPUs planned for another job."""
         with self.sessions() as s:
             now_marks = queue.marks(s)  # before any read: what changes after is seen next pass
             if self._marks is None:
                 self._type_old_jobs(s)
             in_flight = queue.in_flight(s)
-            held, held_extra = queue.held(s, self.active)
+            held, held_extra = queue.held(s, self.active, starting)
             late = admission.overdue(queue.with_deadline(s), utcnow())
             full = self._marks is None or time.monotonic() - self._full_pass_at >= FULL_PASS_S
             touched = None if full else queue.touched_since(s, self._marks)
@@ -105,7 +110,7 @@ class QueueKeeper:
         with self.sessions() as s:
             too_big = queue.never_fit(s, max_cpus, max_gpus)
         self.fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None), fence)
-        skip = {f.job_id for f in late} | set(too_big)
+        skip = {f.job_id for f in late} | set(too_big) | starting
         with self.sessions() as s:
             free_extra = admission.extra_free(info, held_extra)
             loads = quotas.loads(s, self.active, self.default_quota, self.half_life_s)
