@@ -150,15 +150,15 @@ class Connection:
         self.http.close()
 
 
-def hammer(url: str, request, seconds: float) -> tuple[float, list[float], float]:
-    """``request(connection, i)`` -> (status, body) from THREADS threads for ``seconds``:
-    (req/s, latencies, the client's CPU seconds)."""
+def hammer(url: str, request, seconds: float, connect=None) -> tuple[float, list[float], float]:
+    """``request(connection, i)`` -> (status, body) from THREADS threads for ``seconds``,
+    thread k on ``connect(url, k)`` (None: a plain ``Connection``): (req/s, latencies, the client's CPU seconds)."""
     lat: list[float] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
     def worker(k: int) -> None:
-        mine, i, conn = [], k, Connection(url)
+        mine, i, conn = [], k, Connection(url) if connect is None else connect(url, k)
         try:
             while time.monotonic() < stop:
                 t0 = time.perf_counter()

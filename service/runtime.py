@@ -134,7 +134,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
     )
     deliverer = Deliverer(settings, sessions)
     deliverer.on_attempt = instruments.webhook_delivered  # raydock_webhook_deliveries_total{outcome}
-    users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)
+    users = Users(sessions, max_token_ttl_days=settings.auth.max_token_ttl_days)  # its revision: theirs and Projects'
     leases = Leases(sessions.kw["bind"], settings.replicas.lease_ttl_s)
     runner = units(settings, sessions, backend, code, jobs, monitor, retention, deliverer, leases)
     schedules = Schedules(sessions, jobs, settings.scheduling)
@@ -148,7 +148,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         retention,
         deliverer,
         users,
-        Projects(sessions),
+        Projects(sessions, users.revision),
         runner,
         leases,
         Health(sessions.kw["bind"], backend, runner),

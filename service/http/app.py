@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         Shares(DOWNLOADS, settings.clients.max_concurrent_downloads, *shares), settings.clients.download_send_timeout_s
     )
     app.state.uploads = Shares(UPLOADS, settings.clients.max_concurrent_uploads, *shares)
-    app.state.auth = Authenticator(settings.auth.api_token)  # streams ask it again; the lifespan binds it
+    app.state.auth = Authenticator(settings.auth.api_token, settings.auth.token_cache_s)  # the lifespan binds it
     streams = Shares(STREAMS, settings.clients.max_streams, *shares)
     app.add_middleware(StreamCap, shares=streams, reads=lambda: app.state.runtime.reads.loop)  # inside the guard
     app.add_middleware(
@@ -152,7 +152,7 @@ def _templates(app: FastAPI, mounted: list[tuple[str, APIRouter]]) -> dict[str, 
 async def lifespan(app: FastAPI):
     runtime = await asyncio.to_thread(build_runtime, app.state.settings)
     app.state.runtime = runtime
-    app.state.auth.bind(runtime.sessions, runtime.users.local_mode)
+    app.state.auth.bind(runtime.sessions, runtime.users.local_mode, runtime.users.revision)
     app.state.store_metrics = CollectorRegistry()
     app.state.store_metrics.register(StoreCollector(runtime.sessions, runtime.backend))
     runtime.runner.start_all()  # the background units (service/runtime.py)

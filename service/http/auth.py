@@ -3,7 +3,8 @@ is read for a caller that is refused) and kept on the request for the routes.
 
 - ``Authorization: Bearer <RAYDOCK_API_TOKEN>``: the server admin ``admin``.
 - ``Authorization: Bearer rdk_...``: the user that token belongs to, while it is neither
-  revoked nor expired.
+  revoked nor expired; the answer is remembered for RAYDOCK_TOKEN_CACHE_S seconds at most
+  (``service/tenancy/caller_cache.py`` says when a revocation takes effect).
 - No token, on loopback with no RAYDOCK_API_TOKEN set (local mode): the server admin,
   until a user other than ``admin`` is first given a token; from then on, for good, every
   request says who it is (``service/tenancy/local_mode.py``).
@@ -18,8 +19,9 @@ from sqlalchemy.orm import sessionmaker
 
 from api.errors import Unauthorized
 from service.tenancy.caller import Caller, authenticate, server_admin
+from service.tenancy.caller_cache import CallerCache, Revision
 from service.tenancy.local_mode import LocalMode
-from service.tenancy.tokens import looks_like_token
+from service.tenancy.tokens import looks_like_token, token_hash
 
 UNAUTHORIZED = (
     "Missing, wrong, revoked or expired API token. Send 'Authorization: Bearer <token>' with a user token "
@@ -49,27 +51,41 @@ async def local_mode_ended(mode: LocalMode) -> bool:
 
 class Authenticator:
     """Made with the app, before the lifespan builds the runtime; the lifespan then hands it
-    the store and local mode by name (``bind``), before any request is served."""
+    the store, local mode and the revision of users and memberships by name (``bind``),
+    before any request is served."""
 
-    def __init__(self, api_token: str | None) -> None:
+    def __init__(self, api_token: str | None, token_cache_s: float = 0.0) -> None:
         self.api_token = api_token
+        self.token_cache_s = token_cache_s
         self.sessions: sessionmaker | None = None
         self.local_mode: LocalMode | None = None
+        self.callers = CallerCache(0.0, Revision())
         self._admin: Caller | None = None
 
-    def bind(self, sessions: sessionmaker, local_mode: LocalMode) -> None:
+    def bind(self, sessions: sessionmaker, local_mode: LocalMode, revision: Revision | None = None) -> None:
         self.sessions, self.local_mode = sessions, local_mode
+        self.callers = CallerCache(self.token_cache_s, revision or Revision())
 
     async def caller(self, authorization: str | None) -> Caller | Unauthorized:
         token = bearer_token(authorization)
         if self.api_token is not None and token_matches(token, self.api_token):
             return await self._server_admin()
         if looks_like_token(token):
-            found = await to_thread.run_sync(authenticate, self.sessions, token)
-            return found if found is not None else Unauthorized(UNAUTHORIZED)
+            return await self._user(token)
         if self.api_token is None and not await local_mode_ended(self.local_mode):
             return await self._server_admin()  # local mode: as before users existed
         return Unauthorized(UNAUTHORIZED)
+
+    async def _user(self, token: str) -> Caller | Unauthorized:
+        digest = token_hash(token)
+        if (known := self.callers.get(digest)) is not None:
+            return known
+        revision = self.callers.revision.value  # before the lookup: a change committed meanwhile makes it stale
+        found = await to_thread.run_sync(authenticate, self.sessions, token)
+        if found is None:
+            return Unauthorized(UNAUTHORIZED)
+        self.callers.put(digest, found, revision)
+        return found
 
     async def _server_admin(self) -> Caller:
         # Its memberships rarely matter (a server admin reads every project); read once.

@@ -78,6 +78,13 @@ def allowed_hosts(settings: Settings) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def may_have_body(headers: Headers) -> bool:
+    """HTTP/1.1 frames a request body by Content-Length or Transfer-Encoding: without
+    either there is none to count (most requests: every GET a client polls with)."""
+    length = headers.get("content-length")
+    return (length is not None and length != "0") or "transfer-encoding" in headers
+
+
 class RequestGuard:
     """``own_limit_prefixes``: paths whose route counts its body against a cap of its
     own as the bytes arrive (a code package upload, ``service/code/packages.py``)."""
@@ -106,7 +113,7 @@ class RequestGuard:
         )
         if refusal is not None:
             return await JSONResponse(refusal.to_body(), status_code=refusal.status)(scope, receive, send)
-        if not limited:
+        if not limited or not may_have_body(headers):
             return await self.app(scope, receive, send)
         await self._limited(scope, receive, send)
 

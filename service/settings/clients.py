@@ -47,7 +47,10 @@ class ClientLimits(Section):
         default=5, ge=1, le=3600, description="How long an idle keep-alive connection stays open."
     )
     max_header_bytes: int = Field(
-        default=32 * 1024, ge=4096, le=1 << 20, description="Largest request line and headers the API reads (400)."
+        default=32 * 1024,
+        ge=4096,
+        le=1 << 20,
+        description="Largest request line and headers the API reads (431 headers_too_large).",
     )
     max_streams: int = Field(
         default=256,

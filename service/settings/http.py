@@ -54,3 +54,10 @@ class AuthSettings(Section):
         description="The longest an API token made over the API lives: one asked for with no expiry gets this one; "
         "one asked for longer is refused (422 token_lifetime_too_long).",
     )
+    token_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="How long the user a token names is remembered (0: looked up on every request). A token revoked "
+        "or a member removed through this replica stops working at once; through another replica, within this long.",
+    )

@@ -18,12 +18,14 @@ from service.db.models import count, utcnow
 from service.db.tenancy_models import MembershipRow, ProjectRow, UserRow
 from service.eventlog.log import record
 from service.tenancy.caller import Caller
+from service.tenancy.caller_cache import Revision
 from service.tenancy.users import user_not_found
 
 
 class Projects:
-    def __init__(self, sessions: sessionmaker) -> None:
+    def __init__(self, sessions: sessionmaker, revision: Revision | None = None) -> None:
         self.sessions = sessions
+        self.revision = revision or Revision()  # bumped after each change (service/tenancy/caller_cache.py)
 
     def create(self, name: str, caller: Caller) -> ProjectPublic:
         if not caller.admin:
@@ -74,6 +76,7 @@ class Projects:
                     _keep_an_admin(s, name)
                 row.role = role
             record(s, "member_set", actor=caller.name, project=name, user=user, role=role)
+        self.revision.bump()
         return self.get(name, caller)
 
     def remove_member(self, name: str, user: str, caller: Caller) -> None:
@@ -88,6 +91,7 @@ class Projects:
                 _keep_an_admin(s, name)
             s.execute(delete(MembershipRow).where(MembershipRow.project == name, MembershipRow.user_id == user_id))
             record(s, "member_removed", actor=caller.name, project=name, user=user)
+        self.revision.bump()
 
     @staticmethod
     def _may_manage(name: str, caller: Caller) -> None:

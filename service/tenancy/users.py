@@ -31,6 +31,7 @@ from service.db.tenancy_models import ApiTokenRow, MembershipRow, ProjectRow, Us
 from service.eventlog.log import record
 from service.tenancy import local_mode
 from service.tenancy.caller import ADMIN_NAME, roles_of
+from service.tenancy.caller_cache import Revision
 from service.tenancy.tokens import new_token
 
 
@@ -39,10 +40,18 @@ def user_not_found(name: str) -> NotFound:
 
 
 class Users:
-    """``max_token_ttl_days``: the longest a token made here lives (RAYDOCK_MAX_TOKEN_TTL_DAYS)."""
+    """``max_token_ttl_days``: the longest a token made here lives (RAYDOCK_MAX_TOKEN_TTL_DAYS).
+    ``revision``: bumped after each change, so remembered callers are read again
+    (``service/tenancy/caller_cache.py``)."""
 
-    def __init__(self, sessions: sessionmaker, max_token_ttl_days: float = DEFAULT_TOKEN_TTL_DAYS) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker,
+        max_token_ttl_days: float = DEFAULT_TOKEN_TTL_DAYS,
+        revision: Revision | None = None,
+    ) -> None:
         self.sessions = sessions
+        self.revision = revision or Revision()
         self.max_token_ttl_days = max_token_ttl_days
         self.local_mode = local_mode.LocalMode(sessions)
 
@@ -67,6 +76,7 @@ class Users:
             if body.project is not None:
                 s.add(MembershipRow(project=body.project, user_id=user.id, role=body.role, created_at=utcnow()))
             record(s, "user_created", actor=actor, user=body.name, admin=body.admin, project=body.project)
+        self.revision.bump()
         return self.get(body.name)
 
     def get(self, name: str) -> UserPublic:
@@ -91,6 +101,7 @@ class Users:
             for table in (ApiTokenRow, MembershipRow):  # SQLite without the pragma, or an old row
                 s.query(table).filter(table.user_id == user.id).delete()
             record(s, "user_deleted", actor=actor, user=name)
+        self.revision.bump()
 
     @staticmethod
     def _user(s: Session, name: str) -> UserRow:
@@ -167,6 +178,7 @@ class Users:
             if row.revoked_at is None:
                 row.revoked_at = utcnow()
                 record(s, "token_revoked", actor=actor, user=name, token_id=token_id)
+        self.revision.bump()
 
     def add_token_for(self, s: Session, user_id: int, label: str) -> str:
         """A token made in the caller's transaction (the first start's admin)."""

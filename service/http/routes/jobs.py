@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
+from api.errors import job_not_found
 from api.schemas import (
     MAX_LABELS,
     CancelJobs,
@@ -24,7 +25,7 @@ from service.http.deps import (
     Actor,
     CurrentCaller,
     Cursor,
-    JobId,
+    JobIdPath,
     Jobs,
     Offset,
     ProjectsDep,
@@ -129,8 +130,13 @@ def list_jobs(
     operation_id="get_job",
     responses={200: job_response("The job."), **errors(404, 422)},
 )
-async def get_job(reads: Reads, job_id: JobId) -> JobPublic:
-    return await reads.read(job_id)  # on the event loop: a point read (service/db/job_records.py)
+async def get_job(reads: Reads, caller: CurrentCaller, job_id: JobIdPath) -> JobPublic:
+    # One point read (on the event loop on SQLite: service/db/job_records.py) that also says
+    # whose the job is: a job of a project the caller does not read answers as a missing one.
+    job = await reads.read(job_id)
+    if not caller.can_read(job.project):
+        raise job_not_found(job_id)
+    return job
 
 
 @router.post("/jobs:cancel", response_model=CancelledJobs, operation_id="cancel_jobs", responses=errors(422))
