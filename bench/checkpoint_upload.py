@@ -135,6 +135,9 @@ def blocked_table(args, stores: dict[str, tuple[str, dict]]) -> dict[str, float]
                     "-",
                     True,
                 )
+                if mode == "async":
+                    wait = _median_of_slowest(r, "waited")
+                    row(f"{size} {store} async: of which waiting for the previous upload", f"{wait:.3f} s", "-", True)
             bound = max(BLOCK_TARGET_S, BLOCK_TARGET_SHARE * medians["sync"])
             row(
                 f"{size} {store}: async blocked / sync blocked",

@@ -45,8 +45,12 @@ def _fetch(fs: pafs.FileSystem, path: str) -> str:
     return local
 
 
-def write_beside_training(rank, world_size, base, env):
+def write_beside_training(rank, world_size, bases, env):
     os.environ.update(env)
+    return {store: _write_beside_training(rank, world_size, base) for store, base in bases.items()}
+
+
+def _write_beside_training(rank, world_size, base):
     spec = _spec()
     data = InMemoryData(spec, rank, world_size)
     run = list(steps(spec, data, Start()))
@@ -109,12 +113,16 @@ def write_beside_training(rank, world_size, base, env):
     return result
 
 
-def test_a_background_write_keeps_its_snapshot_and_a_failed_one_is_never_sealed(storage_base, request):
-    env = request.getfixturevalue("s3_env") if storage_base.startswith("s3://") else {}
-    r0, r1 = run_workers(write_beside_training, 2, storage_base, env, timeout_s=180)
+def test_a_background_write_keeps_its_snapshot_and_a_failed_one_is_never_sealed(tmp_path, s3_server, s3_env):
+    bases = {"local": str(tmp_path / "storage"), "s3": s3_server.fresh_prefix()}
+    both = run_workers(write_beside_training, 2, bases, s3_env, timeout_s=300)  # one start for both stores
+    for store in bases:
+        _check(store, both[0][store], both[1][store])
 
+
+def _check(store: str, r0: dict, r1: dict) -> None:
     # Sealed: the manifest names every worker's files with their sizes on the store.
-    assert r0["files"] == r1["files"] and r0["files"]
+    assert r0["files"] == r1["files"] and r0["files"], store
     assert checkpoint_manifest.parse(r0["manifest"]) == r0["files"]
     names = set(r0["files"])
     assert {checkpoint.WEIGHTS_FILE, checkpoint.META_FILE, "shards/.metadata"} <= names

@@ -95,6 +95,8 @@ class Rank:
         background: bool = False,
     ) -> None:
         phases.mark("first_step")  # unless the loop marked it at its first step
+        while self.pending and self.pending[0].done():  # a failed upload fails the loop now, as in Ray Train
+            self.pending.pop(0).result()
         name = self.broadcast(dir_name or ray_compat.checkpoint_dir_name())
         if background:
             if self.uploads is None:  # a collective, in the loop's thread, at every rank's first

@@ -25,6 +25,7 @@ The last step's checkpoint and a preemption's are written before the loop goes o
 
 from __future__ import annotations
 
+import shutil
 import threading
 from typing import Any
 
@@ -76,7 +77,11 @@ class Reporter:
             checkpoint=staged,
             checkpoint_upload_mode=self.upload_mode,
             checkpoint_upload_fn=upload,
+            delete_local_checkpoint_after_upload=False,  # the write removes it itself
         )
+        if not self.background:  # the write ran, or Ray Train skipped the report (a worker failed)
+            done.set()
+            shutil.rmtree(snap.staging, ignore_errors=True)
 
     def wait(self) -> None:
         """Until the pending checkpoint's write has ended (sealed or failed)."""
