@@ -7,11 +7,11 @@ A checkpoint is complete when its manifest is there and every file it names has 
 size. Until then nobody treats the folder as a checkpoint: Ray Train is not told of it
 (so it is never "latest" nor resumed from) and the server does not list or serve it.
 
-The writer uploads the shards first and ``state.json`` only once every other file is
-on the store, so a folder with no manifest is a checkpoint when it has nothing under
-``shards/`` (a user loop's, which Ray Train reported after its own upload completed) or
-has ``state.json`` (one written before manifests, or in the moment before its manifest);
-one with shards and no ``state.json`` is half-written. Pure functions over a listing (name -> size), shared by
+Before its first file every worker puts an empty ``.uploading`` marker in the folder
+(removed once the manifest is written), so a folder with the marker and no manifest is
+half-written. A folder with neither is what Ray Train reported after its own upload
+completed, as before manifests: a user loop's checkpoint, or one written before them.
+Pure functions over a listing (name -> size), shared by
 the cluster (``trainers.checkpoint_writer``) and the server (``service.files.checkpoints``).
 """
 
@@ -24,8 +24,7 @@ MANIFEST_FILE = "manifest.json"
 FORMAT = 1
 MAX_MANIFEST_BYTES = 1 << 20  # what a reader reads of a manifest at most
 MAX_FILES = 10_000
-SHARDS_PREFIX = "shards/"
-META_FILE = "state.json"
+UPLOADING_FILE = ".uploading"
 
 
 def render(files: Mapping[str, int]) -> bytes:
@@ -62,9 +61,7 @@ def complete(listing: Mapping[str, int], manifest: bytes | None) -> bool:
     """Whether a folder holding ``listing`` (every file: name -> size) is a complete
     checkpoint, given its manifest's bytes (None when it has none)."""
     if manifest is None:
-        if MANIFEST_FILE in listing:  # there, but not read
-            return False
-        return META_FILE in listing or not any(name.startswith(SHARDS_PREFIX) for name in listing)
+        return MANIFEST_FILE not in listing and UPLOADING_FILE not in listing  # a manifest there but not read: no
     try:
         files = parse(manifest)
     except ValueError:

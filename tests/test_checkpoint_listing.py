@@ -1,7 +1,7 @@
 """A half-written checkpoint is never listed, served or resumed from, on a local directory
 and on moto's S3 server, with no Ray: of the folders a job reported, the server lists
-those whose manifest holds (or, with none, a user loop's and one written before
-manifests), refuses the others' download, and the loop's restore refuses them too."""
+those whose manifest holds (or, with neither a manifest nor the writer's ``.uploading``
+marker, a user loop's and one written before manifests), refuses the others' download, and the loop's restore refuses them too."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ META = b'{"format": 1, "step": 2, "epoch": 0}'
 FOLDERS = {
     # sealed by its manifest
     "complete": {"shards/__0_0.distcp": SHARD, "shards/.metadata": b"m", "model.pt": WEIGHTS, "state.json": META},
-    # killed mid-upload: shards only, no state.json, no manifest
-    "partial": {"shards/__0_0.distcp": SHARD},
+    # killed mid-upload: the writer's marker, a shard, no manifest
+    "partial": {".uploading": b"", "shards/__0_0.distcp": SHARD},
     # a manifest naming a shard the store holds cut short
     "short": {"shards/__0_0.distcp": SHARD[:10], "model.pt": WEIGHTS, "state.json": META},
-    # a user loop's folder: no built-in format, reported by Ray Train after its upload
-    "user": {"weights.bin": WEIGHTS},
+    # no marker and no manifest: a user loop's (or one from before manifests), reported by
+    # Ray Train after its own upload completed
+    "user": {"weights.bin": WEIGHTS, "shards/x": SHARD},
 }
 MANIFESTS = {
     "complete": {n: len(d) for n, d in FOLDERS["complete"].items()},

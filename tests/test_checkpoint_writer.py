@@ -128,6 +128,7 @@ def _check(store: str, r0: dict, r1: dict) -> None:
     assert {checkpoint.WEIGHTS_FILE, checkpoint.META_FILE, "shards/.metadata"} <= names
     assert sum(n.startswith("shards/") and n.endswith(".distcp") for n in names) == 2  # one shard per worker
     assert checkpoint_manifest.complete(r0["listing"], r0["manifest"])
+    assert checkpoint_manifest.UPLOADING_FILE not in r0["listing"]  # dropped once sealed
 
     # The snapshot's state, not the state training moved on to while it was written.
     assert r0["meta"]["step"] == 3 and r0["restored_step"] == r1["restored_step"] == 3
@@ -141,6 +142,7 @@ def _check(store: str, r0: dict, r1: dict) -> None:
     assert r0["failed"] and r1["failed"]
     assert "worker 1" in r0["failed"] or "__1_0.distcp" in r0["failed"]  # its error, or its shard missing
     assert checkpoint_manifest.MANIFEST_FILE not in r0["bad_listing"]
+    assert checkpoint_manifest.UPLOADING_FILE in r0["bad_listing"]
     assert not checkpoint_manifest.complete(r0["bad_listing"], None)
     assert not r0["staging_left"] and not r1["staging_left"]
 
@@ -148,11 +150,12 @@ def _check(store: str, r0: dict, r1: dict) -> None:
 @pytest.mark.parametrize(
     ("listing", "manifest", "complete"),
     [
-        ({"shards/__0_0.distcp": 10, "shards/.metadata": 3}, None, False),  # shards only: half-written
-        ({"shards/__0_0.distcp": 10, "model.pt": 7}, None, False),  # no state.json: half-written
+        ({".uploading": 0, "shards/__0_0.distcp": 10}, None, False),  # killed mid-upload
+        ({".uploading": 0, "model.pt": 7, "state.json": 5}, None, False),  # every file, no manifest yet
         ({"shards/__0_0.distcp": 10, "state.json": 5}, None, True),  # written before manifests
         ({"model.pt": 7, "meta.json": 2}, None, True),  # a user loop's checkpoint (Ray reported it)
         ({"model.pt": 7, "manifest.json": 30}, checkpoint_manifest.render({"model.pt": 7}), True),
+        ({".uploading": 0, "model.pt": 7, "manifest.json": 30}, checkpoint_manifest.render({"model.pt": 7}), True),
         ({"model.pt": 6, "manifest.json": 30}, checkpoint_manifest.render({"model.pt": 7}), False),  # cut short
         ({"manifest.json": 30}, checkpoint_manifest.render({"model.pt": 7}), False),  # a file missing
         ({"model.pt": 7, "manifest.json": 3}, b"{x", False),  # not JSON

@@ -8,9 +8,9 @@ meta. Training may change the model as soon as it returns.
 
 :func:`write` (every worker, in any thread) finishes one snapshot: the shard files and
 rank 0's ``model.pt`` / ``state.json`` land in a local staging folder, are uploaded to
-the checkpoint's folder on the run's storage (``shards/`` first), then rank 0 gathers
+the checkpoint's folder on the run's storage (after an ``.uploading`` marker), then rank 0 gathers
 every worker's file list, checks each file's size on the store, uploads ``state.json``
-and writes ``manifest.json`` last (``api.checkpoint_manifest``). It returns on every worker once
+and writes ``manifest.json`` last (``api.checkpoint_manifest``), then drops the marker. It returns on every worker once
 the manifest is written, or raises on every worker when any of them failed: a
 checkpoint with no manifest was never finished, and nothing reads it as one.
 
@@ -110,9 +110,10 @@ def _write_and_upload(snap: Snapshot, fs: pafs.FileSystem, dest: str) -> dict[st
             json.dump(snap.meta, f)
     local = listing(pafs.LocalFileSystem(), snap.staging)
     dest = dest.rstrip("/")
-    made: set[str] = set()
-    # Shards first: a folder that has anything at all has shards/, which marks it as the
-    # built-in format, so until its manifest is there it is not taken for a checkpoint.
+    fs.create_dir(dest, recursive=True)
+    with fs.open_output_stream(f"{dest}/{checkpoint_manifest.UPLOADING_FILE}"):
+        pass  # before any file: the folder reads as half-written until its manifest is there
+    made: set[str] = {dest}
     for name in sorted(local, key=lambda n: (not n.startswith(SHARDS_DIR + "/"), n)):
         if name == META_FILE:
             continue  # uploaded by _seal, once every other file is on the store
@@ -151,6 +152,10 @@ def _seal(parts: list, fs: pafs.FileSystem, dest: str, staging: str) -> tuple[di
             out.write(checkpoint_manifest.render(expected))
     except Exception as exc:  # noqa: BLE001 - every worker raises it
         return None, f"{type(exc).__name__}: {exc}"
+    try:
+        fs.delete_file(f"{dest}/{checkpoint_manifest.UPLOADING_FILE}")
+    except OSError:  # the manifest holds either way; the marker only stays in the listing
+        pass
     return expected, None
 
 
