@@ -18,6 +18,7 @@ from service.db.models import JobRow
 from service.events import logs
 from service.events.reads import series
 from service.files import archive, storage
+from service.files.checkpoints import complete as checkpoint_complete
 from service.settings import Settings
 
 
@@ -109,7 +110,8 @@ class JobReads:
                 select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.id)
             ).all()
         # Ray Train deletes checkpoints beyond `checkpoint.keep`; list only those still stored
-        # (and, checked again, only inside the job's own prefix).
+        # (and, checked again, only inside the job's own prefix), and complete: a built-in
+        # loop's folder with no manifest (or not the files it names) is a half-written one.
         prefix = self.prefix(job_id)
         owned = [r for r in rows if storage.owned(r.path, prefix)]
         stored = storage.existing([r.path for r in owned])  # one listing per folder on an object store
@@ -118,7 +120,7 @@ class JobReads:
                 id=r.id, path=r.path, step=r.step, epoch=r.epoch, metrics=r.values, created_at=r.created_at
             )
             for r in owned
-            if r.path in stored
+            if r.path in stored and checkpoint_complete(r.path, prefix)  # the stored ones only: few
         ]
 
     def checkpoint_archive(self, job_id: str, checkpoint_id: int) -> tuple[str, Iterator[bytes]]:
@@ -132,6 +134,8 @@ class JobReads:
             )
         if not storage.exists(row.path):
             raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} was removed by retention (checkpoint.keep).")
+        if not checkpoint_complete(row.path, prefix):
+            raise NotFound(f"Checkpoint {checkpoint_id} of job {job_id} is not complete (its upload never finished).")
         try:
             pieces = archive.checkpoint_tar(row.path, prefix)
         except OSError:  # swapped for a link or a file since it was listed

@@ -26,7 +26,10 @@ One checkpoint is one directory:
 directory (Ray Train merges the workers' directories into one checkpoint, so file names
 are unique per worker). Restoring brings back optimizer hyperparameters too; a loop that
 must keep its own (a PBT clone with a perturbed lr) re-applies them afterwards, see
-``trainers.skeleton.resume``. Nothing here imports Ray: the format works in any
+``trainers.skeleton.resume``. The built-in loops write it through
+``trainers.checkpoint_writer`` (a CPU snapshot, then an upload sealed by a
+``manifest.json`` of every file's size, written last); :func:`restore` refuses a folder
+whose manifest does not hold. Nothing here imports Ray: the format works in any
 ``torch.distributed`` program.
 """
 
@@ -39,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+
+from api import checkpoint_manifest
 
 if TYPE_CHECKING:  # the parallel package imports nothing from here; keep it one-way at runtime too
     from api.schemas import TrainSpec
@@ -64,7 +69,9 @@ def save(directory: PathLike, pm: ParallelModel, meta: dict[str, Any]) -> None:
 
 
 def restore(directory: PathLike, pm: ParallelModel) -> dict[str, Any]:
-    """Load :func:`save`'s directory into ``pm`` in place; return its meta. A collective."""
+    """Load :func:`save`'s directory into ``pm`` in place; return its meta. A collective.
+    A half-written checkpoint (``api.checkpoint_manifest``) is refused before anything loads."""
+    check_complete(directory)
     meta = read_meta(directory)
     if meta.get("format") != FORMAT:
         raise ValueError(
@@ -87,6 +94,26 @@ def describe(spec: TrainSpec, pm: ParallelModel, *, epoch: int, **extra: Any) ->
         "spec": spec.model_dump(mode="json"),
         **extra,
     }
+
+
+def check_complete(directory: PathLike) -> None:
+    """Raise ``ValueError`` unless ``directory`` holds a complete checkpoint: its manifest's
+    files at their sizes (or, written before manifests, its ``state.json``)."""
+    root = os.fspath(directory)
+    listing: dict[str, int] = {}
+    for parent, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(parent, name)
+            listing[os.path.relpath(path, root).replace(os.sep, "/")] = os.path.getsize(path)
+    manifest = None
+    if checkpoint_manifest.MANIFEST_FILE in listing:
+        with open(os.path.join(root, checkpoint_manifest.MANIFEST_FILE), "rb") as f:
+            manifest = f.read(checkpoint_manifest.MAX_MANIFEST_BYTES + 1)
+    if not checkpoint_manifest.complete(listing, manifest):
+        raise ValueError(
+            f"checkpoint {root} is not complete (its upload never finished: no manifest, or not the files "
+            "it names); resume from an earlier checkpoint of the run"
+        )
 
 
 def read_meta(directory: PathLike) -> dict[str, Any]:

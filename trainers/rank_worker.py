@@ -10,7 +10,9 @@ a Train worker and its controller do:
 
 - every rank persists the checkpoint it was handed (if any) under the run's storage
   directory, into one directory whose name rank 0 picks (Ray Train's layout: the
-  ranks' files merge there);
+  ranks' files merge there), through the report's ``checkpoint_upload_fn`` if it has
+  one, and in a thread of its own under ``checkpoint_upload_mode=ASYNC`` (in order,
+  one at a time; the loop goes on, as in a Train worker);
 - the ranks wait for each other (a report is a barrier);
 - rank 0 sends its metrics and the checkpoint's name to the driver, which keeps the
   checkpoint book and sends the events.
@@ -27,6 +29,7 @@ import os
 import signal
 import sys
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,6 +63,11 @@ class Rank:
         self.plan, self.rank, self.link = plan, rank, link
         self.checkpoint = plan.checkpoint
         self._storage = None
+        # Reports in Ray Train's ASYNC mode: one upload thread, in order, over a gloo
+        # group of their own (the loop's collectives go on meanwhile).
+        self.uploads: ThreadPoolExecutor | None = None
+        self.upload_group: Any = None
+        self.pending: list[Future] = []
 
     @property
     def storage(self):
@@ -78,14 +86,44 @@ class Rank:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def report(self, metrics: dict, checkpoint: Any, dir_name: str | None) -> None:
+    def report(
+        self,
+        metrics: dict,
+        checkpoint: Any,
+        dir_name: str | None,
+        upload_fn: Callable[[Any, str], Any] | None = None,
+        background: bool = False,
+    ) -> None:
         phases.mark("first_step")  # unless the loop marked it at its first step
+        while self.pending and self.pending[0].done():  # a failed upload fails the loop now, as in Ray Train
+            self.pending.pop(0).result()
         name = self.broadcast(dir_name or ray_compat.checkpoint_dir_name())
-        persisted = self.storage.persist_current_checkpoint(checkpoint, name) if checkpoint is not None else None
+        if background:
+            if self.uploads is None:  # a collective, in the loop's thread, at every rank's first
+                self.uploads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raydock-upload")
+                self.upload_group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+            self.pending.append(self.uploads.submit(self._persist, metrics, checkpoint, name, upload_fn, True))
+            return
+        self.flush()  # a report in the loop's thread comes after those still uploading
+        self._persist(metrics, checkpoint, name, upload_fn, False)
+
+    def flush(self) -> None:
+        """Wait for the reports still uploading; raise the first one's failure."""
+        while self.pending:
+            self.pending.pop(0).result()
+
+    def _persist(self, metrics: dict, checkpoint: Any, name: str, upload_fn, background: bool) -> None:
+        """Upload (as Ray Train's worker does, or through ``upload_fn``), wait for the
+        other ranks, and on rank 0 tell the driver; in the upload thread when ``background``."""
+        persisted = None
+        if checkpoint is not None:
+            persisted = (
+                upload_fn(checkpoint, name) if upload_fn else self.storage.persist_current_checkpoint(checkpoint, name)
+            )
         held = [persisted is not None]
         if dist.is_initialized():  # the barrier: every rank's files are in place before rank 0 says so
             held = [None] * dist.get_world_size()
-            dist.all_gather_object(held, persisted is not None)
+            dist.all_gather_object(held, persisted is not None, group=self.upload_group if background else None)
         if any(held):
             self.checkpoint = persisted or ray_compat.checkpoint_at(self.storage, name)
         if self.rank == 0:
@@ -120,7 +158,10 @@ def run_rank(plan: RankPlan, rank: int, link) -> None:
     torch.set_num_threads(max(1, int(plan.cpus_per_rank)))  # what a Train worker with these CPUs gets
     code = 0
     try:
-        ray_compat.run_local_mode(plan.run_name, _loop_of(plan), Rank(plan, rank, link))
+        me = Rank(plan, rank, link)
+        ray_compat.use_local_storage(lambda: me.storage)
+        ray_compat.run_local_mode(plan.run_name, _loop_of(plan), me)
+        me.flush()  # the last checkpoint is uploaded and told before the rank is done
         link.send(("done",))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the driver, then exit 1
         code = 1

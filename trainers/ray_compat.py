@@ -58,7 +58,8 @@ def run_local_mode(experiment_name: str, train_fn: Callable[[], Any], rank: Any)
     """Run ``train_fn`` under Ray Train's local torch controller, which inits the process
     group from torchrun's variables and sets the rank's CUDA device. ``ray.train.report``,
     ``get_checkpoint`` and the collectives go to ``rank`` (``report(metrics, checkpoint,
-    checkpoint_dir_name)``, ``checkpoint``, ``barrier()``, ``broadcast(data)``);
+    checkpoint_dir_name, upload_fn=, background=)``, ``checkpoint``, ``barrier()``,
+    ``broadcast(data)``, ``storage``);
     ``get_context`` is local mode's, with this rank's numbers."""
     from ray.train.v2._internal.execution.local_mode.torch import LocalTorchController
     from ray.train.v2._internal.execution.train_fn_utils import (
@@ -68,9 +69,20 @@ def run_local_mode(experiment_name: str, train_fn: Callable[[], Any], rank: Any)
     )
 
     class RankFnUtils(LocalTrainFnUtils):
-        def report(self, metrics, checkpoint=None, checkpoint_dir_name=None, *args, **kwargs) -> None:
+        def report(
+            self,
+            metrics,
+            checkpoint=None,
+            checkpoint_dir_name=None,
+            checkpoint_upload_mode=None,
+            delete_local_checkpoint_after_upload=None,
+            checkpoint_upload_fn=None,
+            *args,
+            **kwargs,
+        ) -> None:
             self._last_metrics = metrics
-            rank.report(metrics, checkpoint, checkpoint_dir_name)
+            background = checkpoint_upload_mode is not None and checkpoint_upload_mode.name == "ASYNC"
+            rank.report(metrics, checkpoint, checkpoint_dir_name, upload_fn=checkpoint_upload_fn, background=background)
 
         def get_checkpoint(self):
             return rank.checkpoint
@@ -97,6 +109,23 @@ def run_local_mode(experiment_name: str, train_fn: Callable[[], Any], rank: Any)
             )
 
     return Controller(experiment_name=experiment_name).run(train_fn)
+
+
+_LOCAL_STORAGE: list[Callable[[], Any]] = []  # set in a local rank: its run's storage
+
+
+def current_storage() -> Any:
+    """The run's storage context (``storage_context``), in a Train worker or a local rank."""
+    if _LOCAL_STORAGE:
+        return _LOCAL_STORAGE[0]()
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    return get_train_context().get_storage()
+
+
+def use_local_storage(storage: Callable[[], Any]) -> None:
+    """In a local rank: ``current_storage()`` is ``storage()`` (local mode has none of its own)."""
+    _LOCAL_STORAGE[:] = [storage]
 
 
 def checkpoint_dir_name() -> str:

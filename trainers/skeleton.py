@@ -16,9 +16,10 @@ and ``train`` is the step you read top to bottom:
         train_step()                     # pm.local_step: one optimizer step
         maybe_evaluate()                 # at epoch ends, checkpoints, report.every_n_steps/every_s
         maybe_checkpoint()               # checkpoint.every_n_epochs / every_n_steps, the last step
-        report()                         # every worker; a barrier
+        report()                         # every worker; a barrier (trainers.reporter)
 
-Checkpoints are ``trainers.checkpoint``'s one format. Resuming re-applies the spec's
+Checkpoints are ``trainers.checkpoint``'s one format, written by ``trainers.reporter``
+(``checkpoint.upload``: sync, or a CPU snapshot uploaded in the background). Resuming re-applies the spec's
 optimizer hyperparameters after loading the optimizer state (which carries the saving
 run's): a PBT clone continues from its donor's state with its own perturbed lr.
 """
@@ -26,7 +27,6 @@ run's): a PBT clone continues from its donor's state with its own perturbed lr.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,8 +42,7 @@ from api.schemas.schedule import HyperparameterSchedule
 from trainers import checkpoint, efficiency, fast_path, phases, preemption
 from trainers.parallel import ParallelModel
 from trainers.parallel.base import OptimizerFactory
-
-SaveFn = Callable[[str], None]
+from trainers.reporter import Reporter
 
 
 def setup_worker(spec: TrainSpec) -> None:
@@ -138,21 +137,6 @@ class Step:
     targets: torch.Tensor
     epoch_end: bool = False
     last: bool = False
-
-
-def report(metrics: dict[str, Any], save: SaveFn | None = None) -> None:
-    """Hand ``metrics`` to Ray Train, with a checkpoint when ``save`` is given.
-
-    Every worker calls it (``ray.train.report`` is a barrier; only rank 0's metrics are
-    kept). ``save(directory)`` is a collective: every worker writes its shard into its own
-    directory and global rank 0 adds the weights and meta; Ray merges the directories.
-    """
-    if save is None:
-        ray.train.report(metrics)
-        return
-    with tempfile.TemporaryDirectory() as d:
-        save(d)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
 class ReportClock:
@@ -266,6 +250,7 @@ def train(
     scheduler = Scheduler(spec.schedule)
     # Asked to give its room back (trainers/preemption.py): a checkpoint at once.
     watch = preemption.Watch(ReportClock(preemption.CHECK_EVERY_S, pm.device), pm.device)
+    reporter = Reporter(spec.checkpoint.upload)
     first = True
     for step in steps:
         scheduler.before(pm.optimizer, step)
@@ -300,14 +285,12 @@ def train(
             "lr": pm.optimizer.param_groups[0]["lr"],  # the rate in effect: what a search's schedule really did
             "world_size": dist.get_world_size(),  # changes when an elastic job resizes
         }
-        save = None
         if cadence.checkpoint_due(step) or preempted:
-            save = partial(
-                checkpoint.save,
-                pm=pm,
-                meta=checkpoint.describe(spec, pm, epoch=step.epoch, **(meta or {})),
-            )
-        report(metrics, save)
+            reporter.report(metrics, pm, checkpoint.describe(spec, pm, epoch=step.epoch, **(meta or {})))
+            if step.last or preempted:
+                reporter.wait()  # the run ends, or gives its room back, with its checkpoint sealed
+        else:
+            reporter.report(metrics)
         window = Window()
         cadence.clock.restart(step.number)
 

@@ -50,6 +50,14 @@ class CheckpointSpec(Strict):
     score_mode: Literal["min", "max"] = Field(
         default="max", description="Whether a higher or lower score_metric is better."
     )
+    upload: Literal["sync", "async"] = Field(
+        default="sync",
+        description=(
+            "Built-in models: `sync` writes and uploads each checkpoint before training goes on; `async` copies "
+            "the state to CPU memory, trains on while a background thread writes and uploads it (one at a time), "
+            "and the checkpoint becomes the latest once its upload is complete and verified."
+        ),
+    )
 
 
 class FailureSpec(Strict):
