@@ -51,7 +51,7 @@ class CheckpointSpec(Strict):
         default="max", description="Whether a higher or lower score_metric is better."
     )
     upload: Literal["sync", "async"] = Field(
-        default="sync",
+        default="async",
         description=(
             "Built-in models: `sync` writes and uploads each checkpoint before training goes on; `async` copies "
             "the state to CPU memory, trains on while a background thread writes and uploads it (one at a time), "
