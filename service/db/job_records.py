@@ -26,12 +26,19 @@ from api.schemas.jobs import phase_seconds
 from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
-BY_ID = select(*_JOBS.c).where(_JOBS.c.id == bindparam("job_id"))
+# What ``to_public`` reads of a row, and no more: the row holds as many columns again
+# (what the monitor, admission and ingest keep), each of which a read would fetch and decode.
+PUBLIC = (
+    "id name kind status status_reason failure_cause error labels project spec created_at started_at finished_at"
+    " attempt ray_job_id latest_metrics queue_position submission_id dropped_events last_dropped_reason restarts"
+    " restarts_total borrowed granted_workers cpu_seconds gpu_seconds start_phases"
+).split()
+BY_ID = select(*(_JOBS.c[name] for name in PUBLIC)).where(_JOBS.c.id == bindparam("job_id"))
 PROJECT_BY_ID = select(_JOBS.c.project).where(_JOBS.c.id == bindparam("job_id"))
 
 
 def to_public(job: Any) -> JobPublic:
-    """``job``: a ``JobRow`` or a row of ``BY_ID`` (the same names)."""
+    """``job``: a ``JobRow`` or a row of ``BY_ID`` (its ``PUBLIC`` columns, by the same names)."""
     failed = job.status == JobStatus.FAILED.value
     return JobPublic(
         id=job.id,
