@@ -19,7 +19,7 @@ from service.background.runner import Runner
 from service.cluster.local_cluster import LocalHead, ensure_head
 from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
-from service.db.engine import make_engine, make_sessionmaker
+from service.db.engine import make_engine, make_sessionmaker, point_read_engine
 from service.db.job_records import LoopReads
 from service.db.leases import LeaseLost, Leases
 from service.db.models import store_id
@@ -102,7 +102,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
     """Every part over this store and this cluster, each handed its collaborators by name
     (the background units made, not started)."""
     code = CodeStore(settings, sessions)
-    reads = JobReads(settings, sessions, LoopReads(sessions.kw["bind"]))
+    reads = JobReads(settings, sessions, LoopReads(point_read_engine(sessions.kw["bind"])))
     jobs = JobCommands(settings, sessions, backend, code, reads)
     storage_path = settings.storage.resolved_storage_path
     ingest = Ingest(sessions, storage_path, settings.events)

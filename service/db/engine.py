@@ -13,6 +13,8 @@ from sqlalchemy.orm import sessionmaker
 
 from service.db.sqlite_writes import serialize_writes
 
+READ_POOL = (8, 4)  # (kept, more at a peak) connections of point_read_engine's pool
+
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///"):
@@ -56,6 +58,21 @@ def migrate(engine: Engine) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def point_read_engine(engine: Engine) -> Engine:
+    """The engine that ``GET /v1/jobs/{id}`` reads through (service/db/job_records.py).
+
+    SQLite: ``engine`` itself. PostgreSQL: a pool of its own in autocommit, without the
+    ping on checkout: a read by primary key is one statement, so it needs no BEGIN and no
+    ROLLBACK, and with them and the ping gone it is one round trip instead of four. A
+    connection the server dropped (a restart, ``pg_terminate_backend``) fails its read;
+    the pool then replaces every connection made before, and the read is made once more
+    (``job_records.read_pooled``). Its pool keeps ``READ_POOL`` connections: with fewer
+    than the reads in flight, each read over it opened and closed a connection of its own."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    return create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=READ_POOL[0], max_overflow=READ_POOL[1])
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker:

@@ -9,7 +9,8 @@ point read by primary key takes about 0.1 ms of CPU, less than the hop to a thre
 back. The connection is the loop's alone (one thread, one read at a time), so a read
 never waits for a pool slot held by request threads that are queued on the write lock.
 On a networked database (PostgreSQL) each read waits on a round trip, so it goes to a
-worker thread like any other call that waits."""
+worker thread like any other call that waits, on a pool of its own in autocommit with no
+ping on checkout (service/db/engine.py's ``point_read_engine``): one round trip a read."""
 
 from __future__ import annotations
 
@@ -18,18 +19,26 @@ from typing import Any
 from anyio import to_thread
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from api.schemas import FailureCause, JobPublic, JobStatus, JobUsage, RestartInfo
 from api.schemas.jobs import phase_seconds
 from service.db.models import JobLabelRow, JobRow
 
 _JOBS, _LABELS = JobRow.__table__, JobLabelRow.__table__
-BY_ID = select(*_JOBS.c).where(_JOBS.c.id == bindparam("job_id"))
+# What ``to_public`` reads of a row, and no more: the row holds as many columns again
+# (what the monitor, admission and ingest keep), each of which a read would fetch and decode.
+PUBLIC = (
+    "id name kind status status_reason failure_cause error labels project spec created_at started_at finished_at"
+    " attempt ray_job_id latest_metrics queue_position submission_id dropped_events last_dropped_reason restarts"
+    " restarts_total borrowed granted_workers cpu_seconds gpu_seconds start_phases"
+).split()
+BY_ID = select(*(_JOBS.c[name] for name in PUBLIC)).where(_JOBS.c.id == bindparam("job_id"))
 PROJECT_BY_ID = select(_JOBS.c.project).where(_JOBS.c.id == bindparam("job_id"))
 
 
 def to_public(job: Any) -> JobPublic:
-    """``job``: a ``JobRow`` or a row of ``BY_ID`` (the same names)."""
+    """``job``: a ``JobRow`` or a row of ``BY_ID`` (its ``PUBLIC`` columns, by the same names)."""
     failed = job.status == JobStatus.FAILED.value
     return JobPublic(
         id=job.id,
@@ -87,6 +96,15 @@ def read_pooled(engine: Engine, job_id: str) -> JobPublic | None:
 
 
 def _pooled(engine: Engine, fn, job_id: str):
+    try:
+        with engine.connect() as conn:
+            return fn(conn, job_id)
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+    # The connection was dropped by the server (service/db/engine.py's point_read_engine
+    # does not ping on checkout): the pool has let go of every connection made before, and
+    # a read is safe to make again, once.
     with engine.connect() as conn:
         return fn(conn, job_id)
 
