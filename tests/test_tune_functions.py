@@ -92,6 +92,7 @@ def test_a_tune_function_searched_as_a_train_loop_fails_in_seconds_saying_traina
 
 
 @pytest.mark.slow
+@pytest.mark.long  # PBT's clones are read by default in tests/test_tune_any_loop.py and the dashboard's search test
 def test_pbt_over_a_tune_function_trainable_clones_and_the_best_beats_the_worst(client: Client):
     job = client.submit(function_search())
     job.wait(timeout=600)
