@@ -135,6 +135,7 @@ def types(engine, table: str) -> dict[str, str]:
     return {c["name"]: type(c["type"]).__name__.upper() for c in sa.inspect(engine).get_columns(table)}
 
 
+@pytest.mark.empty_database
 def test_migration_0007_up_and_down(database_url):
     engine = sa.create_engine(database_url)
     with engine.begin() as conn:

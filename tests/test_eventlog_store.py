@@ -29,6 +29,7 @@ def _cfg() -> Config:
 
 
 @pytest.mark.slow  # seconds: every migration, on both databases
+@pytest.mark.empty_database
 def test_the_eventlog_migration_goes_up_and_down_keeping_the_jobs(database_url):
     cfg, old = _cfg(), create_engine(database_url)
     with old.begin() as conn:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect
@@ -56,6 +57,7 @@ def test_upgrade_keeps_running_jobs_tokens_valid_and_stores_them_hashed(tmp_path
     assert stat.S_IMODE(os.stat(tmp_path / "old.db").st_mode) == 0o600
 
 
+@pytest.mark.empty_database
 def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(database_url):
     import json
 
@@ -108,6 +110,7 @@ def test_upgrade_rolls_up_stored_series_so_they_downsample_as_from_every_report(
     assert "metric_rollups" not in inspect(engine).get_table_names()
 
 
+@pytest.mark.empty_database
 def test_event_bounds_migration_counts_and_cuts_what_was_stored(database_url):
     """0005 fills each job's counters from the rows it has and keeps its newest ten
     restarts listed with their count; the best of a trial stored before it is still found."""

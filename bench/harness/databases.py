@@ -3,7 +3,10 @@ server this test session starts itself (Debian's ``postgresql`` package: ``initd
 a temp dir, its own port, stopped by its pid at the end).
 
 ``database_url`` is parametrized over both, so a test that takes it runs twice. A fresh
-PostgreSQL database is made for each test and dropped after it. If PostgreSQL cannot
+PostgreSQL database is made for each test and dropped after it. Each fresh database starts
+at the newest schema, a copy of one migrated once per session (a migration's work is most
+of a store test's setup otherwise); a test marked ``empty_database`` (a migration's own
+test) gets an empty one instead. If PostgreSQL cannot
 be started the test FAILS, saying why; set ``RAYDOCK_TEST_NO_POSTGRES=1`` to skip the
 PostgreSQL half instead (e.g. on a machine without the package).
 """
@@ -65,6 +68,7 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="raydock-pg-"))
         self.port = free_ports(1)[0]
         self.proc: subprocess.Popen | None = None
+        self._migrated: str | None = None  # a database at the newest schema, the template of ``migrated`` ones
 
     def _as_user(self) -> dict:
         return {"user": self.user, "group": pwd.getpwnam(self.user).pw_gid} if self.user else {}
@@ -120,10 +124,20 @@ class PostgresServer:
     def url(self, dbname: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
 
-    def create_database(self) -> str:
+    def create_database(self, *, migrated: bool = False) -> str:
+        """A new database: empty, or (``migrated``) a copy of one brought to the newest schema once."""
         name = "t" + uuid.uuid4().hex[:12]
-        self._admin(f"CREATE DATABASE {name}")
+        self._admin(f"CREATE DATABASE {name}" + (f" TEMPLATE {self._migrated_template()}" if migrated else ""))
         return name
+
+    def _migrated_template(self) -> str:
+        if self._migrated is None:
+            from service.db.engine import make_engine
+
+            name = self.create_database()
+            make_engine(self.url(name)).dispose()  # no connection left on it: a template must have none
+            self._migrated = name
+        return self._migrated
 
     def drop_database(self, name: str) -> None:
         self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -161,13 +175,35 @@ def postgres_server():
     server.stop()
 
 
+_sqlite_migrated: dict[Path, Path] = {}  # the session's base temp dir -> a SQLite store at the newest schema
+
+
+def _migrated_sqlite(tmp_path_factory) -> Path:
+    base = tmp_path_factory.getbasetemp()
+    if base not in _sqlite_migrated:
+        from service.db.engine import make_engine
+
+        path = tmp_path_factory.mktemp("migrated") / "store.db"
+        make_engine(f"sqlite:///{path}").dispose()
+        _sqlite_migrated[base] = path
+    return _sqlite_migrated[base]
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request, tmp_path) -> str:
-    """A fresh, empty database: a SQLite file, or a new database on the session's PostgreSQL."""
+    """A fresh database at the newest schema (``empty_database``: with no schema at all): a
+    SQLite file, or a new database on the session's PostgreSQL."""
+    empty = request.node.get_closest_marker("empty_database") is not None
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
+        path = tmp_path / "store.db"
+        if not empty:
+            template = _migrated_sqlite(request.getfixturevalue("tmp_path_factory"))
+            for suffix in ("", "-wal"):  # the log too, if the last close left one
+                if (src := template.with_name(template.name + suffix)).exists():
+                    shutil.copy2(src, path.with_name(path.name + suffix))
+        yield f"sqlite:///{path}"
         return
     server: PostgresServer = request.getfixturevalue("postgres_server")
-    name = server.create_database()
+    name = server.create_database(migrated=not empty)
     yield server.url(name)
     server.drop_database(name)
