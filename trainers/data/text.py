@@ -23,6 +23,9 @@ from typing import Literal
 import torch
 from torch.utils.data import Dataset
 
+from trainers.data.cache import DataCache
+from trainers.data.sources import arrays_bytes, arrays_key, arrays_of, cached
+
 VOCAB = "\n ,.abcdefghijklmnopqrstuvwxyz"
 VOCAB_SIZE = len(VOCAB)
 _CHAR_TO_ID = {c: i for i, c in enumerate(VOCAB)}
@@ -163,11 +166,29 @@ def grammar_dataset(
     n_chars: int = 64 * 1024,
     seed: int = 0,
     split: Literal["train", "val"] = "train",
+    tokens: torch.Tensor | None = None,
 ) -> CharBlocks:
-    """The grammar corpus for ``seed``; the last 10% of its characters are ``val``."""
-    tokens = encode(generate_text(n_chars, seed=seed))
+    """The grammar corpus for ``seed``; the last 10% of its characters are ``val``.
+    ``tokens``: the corpus already encoded (``corpus_tokens``)."""
+    if tokens is None:
+        tokens = encode(generate_text(n_chars, seed=seed))
     cut = int(len(tokens) * 0.9)
     return CharBlocks(tokens[:cut] if split == "train" else tokens[cut:], seq_len)
+
+
+def corpus_tokens(n_chars: int, seed: int, cache: DataCache | None = None) -> torch.Tensor:
+    """The encoded corpus, through the node's data cache (``trainers.data.sources``)."""
+
+    def read() -> tuple[torch.Tensor, int]:
+        return encode(generate_text(n_chars, seed=seed)), n_chars
+
+    return cached(
+        cache,
+        arrays_key("text", n_chars=n_chars, seed=seed),
+        read,
+        lambda t: arrays_bytes({"tokens": t.numpy()}),
+        lambda b: torch.from_numpy(arrays_of(b, ("tokens",))["tokens"]),
+    )
 
 
 def batch_at(
