@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -30,13 +31,20 @@ class Keeper:
     def __init__(self, node_id: str, root: str, max_bytes: int):
         self.node_id, self.cache = node_id, DataCache(root, max_bytes)
         self.facts: dict = {}
+        self.seen = False  # whether the directory has existed since the keeper started
         threading.Thread(target=self._watch, daemon=True, name="data-cache-keeper").start()
 
     def ping(self) -> dict:
         return self.look()
 
     def look(self) -> dict:
-        """The cache's facts now; printed when they changed."""
+        """The cache's facts now; printed when they changed. The keeper leaves once the
+        directory it has seen is gone (the cache was removed): nothing is left to report."""
+        if not os.path.isdir(self.cache.root):
+            if self.seen:
+                self._leave()
+            return self.facts
+        self.seen = True
         try:
             stats, counters = self.cache.stats(), self.cache.counters()
         except OSError as exc:
@@ -53,6 +61,13 @@ class Keeper:
             self.facts = {**facts, "updated": time.time()}
             print(DATA_CACHE_FACTS_PREFIX + json.dumps(self.facts), flush=True)
         return self.facts
+
+    def _leave(self) -> None:
+        import ray
+
+        print(f"data cache keeper of node {self.node_id} exits: {self.cache.root} is gone", flush=True)
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        time.sleep(60)  # the kill ends this process
 
     def _watch(self) -> None:
         while True:

@@ -16,6 +16,7 @@ compared with a single-process one.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from typing import Literal
@@ -209,10 +210,21 @@ def batch_at(
             f"({len(ds)} blocks); use a smaller batch or a longer corpus"
         )
     epoch, i = divmod(step, steps_per_epoch)
-    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(seed + epoch))
+    order = epoch_order(len(ds), seed + epoch)
     start = i * global_batch + rank * batch_size
-    rows = [ds[int(j)] for j in order[start : start + batch_size]]
+    picked = order[start : start + batch_size]
+    if isinstance(ds, CharBlocks):  # the blocks of one batch in one gather, not one slice each
+        windows = ds.tokens[(picked * ds.seq_len)[:, None] + torch.arange(ds.seq_len + 1)]
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+    rows = [ds[int(j)] for j in picked]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_order(n: int, seed: int) -> torch.Tensor:
+    """The order an epoch visits ``n`` blocks in: drawn once per epoch, not once per step
+    (a step of a large corpus otherwise spends its time drawing the permutation again)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
 def iterate_batches(
