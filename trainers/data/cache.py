@@ -236,6 +236,7 @@ class DataCache:
             if total <= budget:
                 break
             _unlink(d, name)
+            _unlink(d, name[:-4] + ".lock")  # a reader waiting on it at worst reads the source once more
             total -= size
 
 
