@@ -199,3 +199,19 @@ def test_a_table_is_read_once_until_its_files_change(tmp_path):
     pd.DataFrame({"x": [1.0], "y": [1]}).to_csv(path, index=False)  # new content: a new key
     assert cached_arrow("csv", str(path), cache).num_rows == 1
     assert cache.counters()["misses"] == 2
+
+
+def test_a_text_batch_is_the_blocks_its_epoch_order_picks():
+    from trainers.data.text import batch_at, grammar_dataset
+
+    for seq_len in (16, 7):
+        ds = grammar_dataset(seq_len=seq_len, n_chars=8192, seed=0)
+        per_epoch = len(ds) // 16
+        for step in (0, 5, per_epoch + 3):
+            for rank in (0, 1):
+                x, y = batch_at(ds, step, 8, rank=rank, world_size=2, seed=3)
+                order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3 + step // per_epoch))
+                start = (step % per_epoch) * 16 + rank * 8
+                rows = [ds[int(j)] for j in order[start : start + 8]]
+                assert torch.equal(x, torch.stack([r[0] for r in rows]))
+                assert torch.equal(y, torch.stack([r[1] for r in rows]))

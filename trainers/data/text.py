@@ -214,7 +214,7 @@ def batch_at(
     start = i * global_batch + rank * batch_size
     picked = order[start : start + batch_size]
     if isinstance(ds, CharBlocks):  # the blocks of one batch in one gather, not one slice each
-        windows = ds.tokens[(picked * ds.seq_len)[:, None] + torch.arange(ds.seq_len + 1)]
+        windows = ds.tokens.unfold(0, ds.seq_len + 1, ds.seq_len).index_select(0, picked)
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
     rows = [ds[int(j)] for j in picked]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
