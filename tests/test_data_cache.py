@@ -129,6 +129,17 @@ def test_a_hard_link_to_a_file_elsewhere_is_neither_read_nor_written(cache, tmp_
     assert os.stat(outside).st_nlink == 1  # the cache's name was removed, the file left alone
 
 
+def test_links_planted_as_the_counters_are_never_written_through(cache, tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    os.symlink(outside, os.path.join(_mk(cache), "counters.json"))
+    through(cache, "6" * 64, Source(b"rows"))
+    os.link(outside, os.path.join(cache.root, "counters.json"))
+    through(cache, "6" * 64, Source(b"rows"))
+    assert outside.read_text() == "keep" and os.stat(outside).st_nlink == 1
+    assert cache.get("6" * 64) == b"rows"
+
+
 def test_a_fifo_in_place_of_an_entry_does_not_hang_the_reader(cache):
     key, source = "3" * 64, Source(b"rows")
     os.mkfifo(os.path.join(_mk(cache), key + ".bin"))

@@ -49,6 +49,7 @@ _KEY = re.compile(r"^[0-9a-f]{64}$")
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.bin$")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO does not hang
+_WRITE = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 COUNTERS = "counters.json"
 COUNTER_NAMES = ("hits", "misses", "source_bytes")
@@ -146,11 +147,15 @@ class DataCache:
     def count(self, hit: bool, source_bytes: int) -> None:
         """Add one read to the node's counters (``counters``): what the cluster page shows."""
         with self._dir() as d:
-            fd = os.open(
-                COUNTERS, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=d
-            )
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                fd = os.open(COUNTERS, _WRITE, 0o600, dir_fd=d)
+            except OSError:  # a link in its place: removed, and this read goes uncounted
+                _unlink(d, COUNTERS)
+                return
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # never write through to a file elsewhere
+                    _unlink(d, COUNTERS)
                     return
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 c = _counters(os.pread(fd, 4096, 0))
