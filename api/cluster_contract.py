@@ -29,6 +29,12 @@ WARM_IDLE_ENV = "RAYDOCK_WARM_IDLE_S"
 # "0"/"false" in a job's environment: its driver always starts cold.
 WARM_START_ENV = "RAYDOCK_WARM_START"
 
+# --- the node-local dataset cache (trainers/data/cache.py), set by the server in every
+# job's environment: its cap in bytes ("0": off) and its directory (empty: a default
+# under the node's temporary directory).
+DATA_CACHE_BYTES_ENV = "RAYDOCK_DATA_CACHE_BYTES"
+DATA_CACHE_DIR_ENV = "RAYDOCK_DATA_CACHE_DIR"
+
 # --- a driver run by hand, without a launch file, reads the job's facts from these.
 
 JOB_ID_ENV = "RAYDOCK_JOB_ID"
@@ -55,6 +61,8 @@ ENV_NAMES = (
     EVENTS_URL_ENV,
     EVENTS_TOKEN_ENV,
     WARM_SOCKET_ENV,
+    DATA_CACHE_BYTES_ENV,
+    DATA_CACHE_DIR_ENV,
 )
 
 # --- what the server submits: the modules Ray runs on the cluster.
@@ -76,3 +84,16 @@ WARM_FACTS_PREFIX = "RAYDOCK_WARM_POOL "
 def warm_actor_name(node_id: str) -> str:
     """The name of the warm pool's supervisor actor on node ``node_id`` (hex)."""
     return WARM_NAME_PREFIX + node_id
+
+
+# --- the dataset cache's keeper: one detached actor per node, named exactly
+# ``raydock-datacache-<node id>`` in the warm pool's namespace, printing the cache's facts
+# (``api.schemas.launch.DataCacheFacts``) as one ``RAYDOCK_DATA_CACHE {json}`` line on its stdout.
+
+DATA_CACHE_NAME_PREFIX = "raydock-datacache-"
+DATA_CACHE_FACTS_PREFIX = "RAYDOCK_DATA_CACHE "
+
+
+def data_cache_actor_name(node_id: str) -> str:
+    """The name of the dataset cache's keeper actor on node ``node_id`` (hex)."""
+    return DATA_CACHE_NAME_PREFIX + node_id

@@ -276,6 +276,7 @@ class Attempts:
             # An object store's endpoint and region (never a credential): without them the
             # driver's pyarrow asks AWS's public host where the bucket is.
             **self.settings.storage.object_store_env,
+            **self.settings.cluster.data_cache_env,  # the node's dataset cache, when the operator turned it on
         }
 
     def confirm(

@@ -140,6 +140,7 @@ def test_cluster_page_shows_nodes_capacity_and_queue(dash, tab):
     page.get_by_role("heading", name="Nodes").wait_for()
     page.locator("td", has_text="head").first.wait_for()
     assert "CPUs free" in page.inner_text(".cards")
+    page.get_by_role("heading", name="Dataset cache").wait_for()  # each node's, as its keeper reports it
     tab.shot("cluster")
     page.emulate_media(color_scheme="dark")  # the system's dark setting: the dark palette
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")

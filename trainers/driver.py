@@ -19,6 +19,7 @@ import ray
 from api.schemas import ResultEvent, StartedEvent, TrainSpec
 from trainers import events, phases, ray_compat
 from trainers.callbacks import run_callbacks
+from trainers.data.sources import start_keeper
 from trainers.failures import classify, report_failure
 from trainers.launch import take_launch
 from trainers.ranks import RankRunner, RanksFailed, uses_local_ranks
@@ -59,6 +60,7 @@ def run_local(spec: TrainSpec, launch) -> int:
         phases.bind(launch.channel)
         events.emit(StartedEvent(type="started", seq=0))
         ray.init(address="auto", log_to_driver=True)  # the worker_group event names this node
+        start_keeper()  # the ranks use the node's data cache outside Ray: their driver starts its keeper
         num = spec.scaling.num_workers
         release.append(ray_compat.hold_like_a_train_run(f"raydock-{launch.job_id}", scaling_config(spec), num))
 

@@ -20,7 +20,8 @@ import torch
 
 from api.schemas import GPTModel, TextData, TrainSpec, parse_job_spec
 from trainers import efficiency
-from trainers.data.text import VOCAB_SIZE, CharBlocks, batch_at, grammar_dataset
+from trainers.data.sources import node_cache
+from trainers.data.text import VOCAB_SIZE, CharBlocks, batch_at, corpus_tokens, grammar_dataset
 from trainers.models.gpt import GPTConfig, build_gpt
 from trainers.parallel import ParallelModel, build_mesh, parallelize
 from trainers.skeleton import (
@@ -50,8 +51,9 @@ class TextBatches:
     def __init__(self, spec: TrainSpec, pm: ParallelModel):
         data: TextData = spec.data
         seq_len = spec.model.seq_len
-        self.train = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed)
-        self.val = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val")
+        tokens = corpus_tokens(data.n_chars, spec.seed, node_cache(data.cache))
+        self.train = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, tokens=tokens)
+        self.val = grammar_dataset(seq_len=seq_len, n_chars=data.n_chars, seed=spec.seed, split="val", tokens=tokens)
         self.batch_size, self.seed = spec.batch_size, spec.seed
         self.rank, self.world = pm.data_rank, pm.data_world_size
         global_batch = self.batch_size * self.world

@@ -21,6 +21,8 @@ from ray.train.torch import TorchTrainer
 
 from api.schemas import GPTModel, TabularData, TrainSpec
 from api.schemas.datasets import TableSource, splits
+from trainers.data.sources import node_cache
+from trainers.data.tables import cached_table
 from trainers.user_loop import load_entrypoint, user_loop  # noqa: F401 - load_entrypoint: tuning.trial reads it here
 
 
@@ -28,7 +30,8 @@ def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
     """Read a user table with Ray Data and split it; returns datasets and column facts."""
     d: TabularData = spec.data
     reader = ray.data.read_csv if d.source == "csv" else ray.data.read_parquet
-    ds = reader(d.path)
+    ds = cached_table(d.source, d.path, node_cache(d.cache))
+    ds = reader(d.path) if ds is None else ds
     columns = ds.columns()
     if d.label_column not in columns:
         raise ValueError(f"data.label_column {d.label_column!r} is not a column of {d.path}; columns: {columns}")
@@ -44,14 +47,16 @@ def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
 READERS = {"csv": "read_csv", "parquet": "read_parquet", "json": "read_json"}
 
 
+def table(src: TableSource) -> ray.data.Dataset:
+    """One of ``datasets``' tables: from the node's data cache, or read lazily by Ray Data."""
+    ds = cached_table(src.format, src.path, node_cache(src.cache))
+    return getattr(ray.data, READERS[src.format])(src.path) if ds is None else ds
+
+
 def named_datasets(spec: TrainSpec) -> tuple[dict, DataConfig]:
     """A user-code job's ``datasets``, read with Ray Data (lazily, on the cluster), each
     share split off its table by the job's seed; and which are split across workers."""
-    tables = {
-        name: getattr(ray.data, READERS[src.format])(src.path)
-        for name, src in spec.datasets.items()
-        if isinstance(src, TableSource)
-    }
+    tables = {name: table(src) for name, src in spec.datasets.items() if isinstance(src, TableSource)}
     left = {name: 1.0 for name in tables}  # the share of each table's rows it still has
     for name, origin, fraction in splits(spec.datasets):
         rest, share = tables[origin].train_test_split(test_size=fraction / left[origin], shuffle=True, seed=spec.seed)

@@ -7,6 +7,7 @@ This package imports nothing heavy (no torch, no ray, no fastapi, no sqlalchemy)
 from api.schemas.cluster import (
     AutoscalerPublic,
     ClusterInfo,
+    DataCachePublic,
     HealthPublic,
     LeasePublic,
     NodeInfo,

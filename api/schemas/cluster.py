@@ -77,6 +77,19 @@ class WarmProcessPublic(BaseModel):
     idle_timeout_s: float = Field(description="It exits after this long without a job (RAYDOCK_WARM_IDLE_S).")
 
 
+class DataCachePublic(BaseModel):
+    """A node's dataset cache, as the node's keeper last reported it (RAYDOCK_DATA_CACHE_BYTES)."""
+
+    node_id: str = Field(description="The Ray node whose cache this is.")
+    entries: int = Field(description="Datasets cached on the node.")
+    bytes: int = Field(description="Their size on disk.")
+    cap_bytes: int = Field(description="The cache's cap; the least recently used entries are evicted beyond it.")
+    hits: int = Field(description="Reads served from the cache, by every job on the node.")
+    misses: int = Field(description="Reads that went to the source.")
+    source_bytes: int = Field(description="Bytes read from the sources on those misses.")
+    updated: float = Field(description="Unix time the keeper last saw a change.")
+
+
 class ClusterInfo(BaseModel):
     address: str = Field(description="The Ray dashboard address raydock talks to.")
     nodes: list[NodeInfo]
@@ -90,6 +103,10 @@ class ClusterInfo(BaseModel):
     warm_pool: list[WarmProcessPublic] = Field(
         default_factory=list,
         description="The warm process of each node that has one (none until a job has run there; RAYDOCK_WARM_START).",
+    )
+    data_cache: list[DataCachePublic] = Field(
+        default_factory=list,
+        description="Each node's dataset cache (none until a job has used it there; RAYDOCK_DATA_CACHE_BYTES).",
     )
 
 

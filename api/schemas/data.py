@@ -15,6 +15,11 @@ class DigitsData(Strict):
         description="scikit-learn's bundled handwritten digits (1797 8x8 images, 10 classes); no download."
     )
     val_fraction: float = Field(default=0.2, gt=0.0, lt=1.0, description="Share held out for validation.")
+    cache: bool = Field(
+        default=True,
+        description="Keep what is read in the node's data cache for later jobs and trials (when the server's "
+        "RAYDOCK_DATA_CACHE_BYTES is set); false: read the source every time.",
+    )
 
 
 class SyntheticData(Strict):
@@ -23,6 +28,11 @@ class SyntheticData(Strict):
     n_features: int = Field(default=32, ge=2, le=100_000, description="Number of features.")
     n_classes: int = Field(default=4, ge=2, le=1000, description="Number of classes.")
     val_fraction: float = Field(default=0.2, gt=0.0, lt=1.0, description="Share held out for validation.")
+    cache: bool = Field(
+        default=True,
+        description="Keep what is read in the node's data cache for later jobs and trials (when the server's "
+        "RAYDOCK_DATA_CACHE_BYTES is set); false: read the source every time.",
+    )
 
 
 class TabularData(Strict):
@@ -36,6 +46,11 @@ class TabularData(Strict):
         default=None, ge=2, description="Number of classes; inferred from the labels when omitted."
     )
     val_fraction: float = Field(default=0.2, gt=0.0, lt=1.0, description="Share held out for validation.")
+    cache: bool = Field(
+        default=True,
+        description="Keep what is read in the node's data cache for later jobs and trials (when the server's "
+        "RAYDOCK_DATA_CACHE_BYTES is set); false: read the source every time.",
+    )
 
 
 class TextData(Strict):
@@ -49,6 +64,11 @@ class TextData(Strict):
         default=64 * 1024, ge=1024, le=100_000_000, description="Length of the generated corpus in characters."
     )
     val_batches: int = Field(default=4, ge=1, le=10_000, description="Validation batches evaluated at each report.")
+    cache: bool = Field(
+        default=True,
+        description="Keep what is read in the node's data cache for later jobs and trials (when the server's "
+        "RAYDOCK_DATA_CACHE_BYTES is set); false: read the source every time.",
+    )
 
     def block_counts(self, seq_len: int) -> tuple[int, int]:
         """(train, val) windows of ``seq_len`` characters, as ``trainers.data.text`` cuts them."""

@@ -28,6 +28,11 @@ class TableSource(Strict):
             "API server): it must be reachable from the cluster's nodes."
         ),
     )
+    cache: bool = Field(
+        default=True,
+        description="Keep the table in the node's data cache for later jobs and trials (when the server's "
+        "RAYDOCK_DATA_CACHE_BYTES is set); false: Ray Data reads the source every time.",
+    )
 
 
 class SplitFrom(Strict):

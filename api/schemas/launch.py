@@ -63,3 +63,19 @@ class WarmPoolFacts(BaseModel):
     running: int = Field(default=0, description="Drivers forked from it that run now.")
     idle_since: float | None = Field(default=None, description="Unix time its last driver ended.")
     idle_timeout_s: float = Field(default=0.0, description="It exits after this long without a job.")
+
+
+class DataCacheFacts(BaseModel):
+    """What a node's dataset cache keeper prints on each change, as one
+    ``RAYDOCK_DATA_CACHE {json}`` line of its stdout (``trainers/data/cache_keeper.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: str = Field(max_length=256, description="The Ray node (hex) whose cache this is.")
+    entries: int = Field(default=0, ge=0, description="Datasets cached on the node.")
+    bytes: int = Field(default=0, ge=0, description="Their size on disk.")
+    cap_bytes: int = Field(default=0, ge=0, description="The cache's cap (RAYDOCK_DATA_CACHE_BYTES).")
+    hits: int = Field(default=0, ge=0, description="Reads served from the cache.")
+    misses: int = Field(default=0, ge=0, description="Reads that went to the source.")
+    source_bytes: int = Field(default=0, ge=0, description="Bytes read from the sources on those misses.")
+    updated: float = Field(default=0.0, description="Unix time the keeper last looked.")

@@ -25,8 +25,9 @@ import httpx
 
 from api.cluster_contract import DRIVER_MODULES, WARM_CLIENT_MODULE, WORKER_SETUP_HOOK
 from api.errors import ClusterUnavailable
-from api.schemas import ClusterInfo, NodeInfo, WarmProcessPublic
+from api.schemas import ClusterInfo, DataCachePublic, NodeInfo, WarmProcessPublic
 from service.cluster.autoscaler import addable, autoscaler_from_status, load_config
+from service.cluster.data_cache import DataCaches
 from service.cluster.warm_pool import WarmPool
 
 COLD_ENTRYPOINTS = {kind: f"python -m {module}" for kind, module in DRIVER_MODULES.items()}
@@ -96,6 +97,7 @@ class RayBackend:
         self.last_cluster: tuple[float, ClusterInfo] | None = None
         self._http = httpx.Client(base_url=self.address, headers=self.headers, timeout=timeout_s)
         self.pool = WarmPool(self._http)
+        self.caches = DataCaches(self._http)
 
     @contextmanager
     def _calling(self, what: str) -> Iterator[None]:
@@ -267,8 +269,14 @@ class RayBackend:
         return self.pool.snapshot()
 
     def refresh_warm_pool(self) -> None:
-        """Read the warm pool again from the dashboard (its background unit's step)."""
+        """Read the warm pool and the nodes' dataset caches again from the dashboard (its
+        background unit's step)."""
         self.pool.refresh()
+        self.caches.refresh()
+
+    def data_caches(self) -> list[DataCachePublic]:
+        """Each node's dataset cache as the last refresh saw it (trainers/data/cache_keeper.py)."""
+        return self.caches.snapshot()
 
     def capacity(self) -> tuple[ClusterInfo, tuple[float, float]]:
         """The cluster now and what its autoscaler can still add (infinite when its

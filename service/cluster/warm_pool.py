@@ -65,15 +65,9 @@ class WarmPool:
 
 def read_warm_pool(http: httpx.Client, count: Callable[[int], None] = lambda _: None) -> list[WarmProcessPublic]:
     """The warm process of each live node that has one; ``count`` hears the bytes of each log read."""
-    try:
-        nodes = _result(http, "/api/v0/nodes", [("limit", str(MAX_NODES)), *_where("state", "ALIVE")])
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        log.warning("could not list the cluster's nodes for the warm pool: %s", exc)
-        return []
     pool = []
-    for node in nodes:
-        node_id = str(node.get("node_id") or "")
-        actor = _supervisor(http, node_id) if node_id else None
+    for node_id in live_nodes(http, "the warm pool"):
+        actor = _supervisor(http, node_id)
         if actor is None:
             continue
         raw = _last_facts(http, str(actor.get("actor_id")), count)
@@ -97,6 +91,16 @@ def read_warm_pool(http: httpx.Client, count: Callable[[int], None] = lambda _: 
     return sorted(pool, key=lambda p: p.node_id)
 
 
+def live_nodes(http: httpx.Client, what: str) -> list[str]:
+    """The ids of the cluster's live nodes (at most MAX_NODES); none when the dashboard cannot say."""
+    try:
+        nodes = _result(http, "/api/v0/nodes", [("limit", str(MAX_NODES)), *_where("state", "ALIVE")])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        log.warning("could not list the cluster's nodes for %s: %s", what, exc)
+        return []
+    return [node_id for node in nodes if (node_id := str(node.get("node_id") or ""))]
+
+
 def _where(key: str, value: str) -> list[tuple[str, str]]:
     return [("filter_keys", key), ("filter_predicates", "="), ("filter_values", value)]
 
@@ -109,22 +113,28 @@ def _result(http: httpx.Client, path: str, params: list[tuple[str, str]]) -> lis
 
 def _supervisor(http: httpx.Client, node_id: str) -> dict | None:
     """The live actor named ``raydock-warm-<node_id>`` in namespace raydock, if any."""
-    name = warm_actor_name(node_id)
+    return _named_actor(http, warm_actor_name(node_id))
+
+
+def _named_actor(http: httpx.Client, name: str) -> dict | None:
+    """The live actor named exactly ``name`` in namespace raydock, if any."""
     params = [("limit", "1"), *_where("name", name), *_where("ray_namespace", WARM_NAMESPACE)]
     try:
         actors = _result(http, "/api/v0/actors", [*params, *_where("state", "ALIVE")])
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        log.warning("could not look up the warm pool actor of node %s: %s", node_id, exc)
+        log.warning("could not look up the actor %s: %s", name, exc)
         return None
     return actors[0] if actors and actors[0].get("name") == name else None
 
 
-def _last_facts(http: httpx.Client, actor_id: str, count: Callable[[int], None]) -> dict:
+def _last_facts(
+    http: httpx.Client, actor_id: str, count: Callable[[int], None], prefix: str = WARM_FACTS_PREFIX
+) -> dict:
     tail = _log_tail(http, actor_id, count)
     for line in reversed(tail.splitlines()):
-        if line.startswith(WARM_FACTS_PREFIX.encode()):
+        if line.startswith(prefix.encode()):
             try:
-                facts = json.loads(line[len(WARM_FACTS_PREFIX) :])
+                facts = json.loads(line[len(prefix) :])
             except ValueError:
                 continue
             return facts if isinstance(facts, dict) else {}

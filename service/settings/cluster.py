@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field
 
+from api.cluster_contract import DATA_CACHE_BYTES_ENV, DATA_CACHE_DIR_ENV
 from service.settings.section import Section
 
 
@@ -34,6 +35,32 @@ class ClusterSettings(Section):
         default=120.0,
         description="Fail active jobs (INFRASTRUCTURE) once the Ray cluster has been unreachable this long.",
     )
+
+    data_cache_bytes: int = Field(
+        default=0,
+        ge=0,
+        le=2**50,
+        description=(
+            "Cap of each node's dataset cache in bytes (built-in datasets and tables read once per node, kept for "
+            "later epochs, trials and jobs; least recently used evicted first); 0: off."
+        ),
+    )
+    data_cache_dir: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=r"^/[^\x00-\x1f\x7f]*$",
+        description=(
+            "The dataset cache's directory on each node (absolute); default raydock-data-cache-<uid> in the "
+            "node's temporary directory. Only the jobs use it: the server never reads it."
+        ),
+    )
+
+    @property
+    def data_cache_env(self) -> dict[str, str]:
+        """What a job's processes need to use their node's dataset cache; nothing when it is off."""
+        if not self.data_cache_bytes:
+            return {}
+        return {DATA_CACHE_BYTES_ENV: str(self.data_cache_bytes), DATA_CACHE_DIR_ENV: self.data_cache_dir or ""}
 
 
 class StartupSettings(Section):

@@ -119,7 +119,13 @@ LONG_MODULES_ALLOWED: dict[str, str] = {}  # module -> why it may be longer
 # loggers' and its folders'.
 CONTRACT_SIDES = ("service", "trainers", "tuning")
 CONTRACT_NAMES = frozenset(
-    {*cluster_contract.ENV_NAMES, cluster_contract.WARM_NAME_PREFIX, cluster_contract.WARM_FACTS_PREFIX}
+    {
+        *cluster_contract.ENV_NAMES,
+        cluster_contract.WARM_NAME_PREFIX,
+        cluster_contract.WARM_FACTS_PREFIX,
+        cluster_contract.DATA_CACHE_NAME_PREFIX,
+        cluster_contract.DATA_CACHE_FACTS_PREFIX,
+    }
 )
 # Background work runs as periodic units (service/background/): no other server module
 # starts a thread or loops forever with a sleep, except these, each for one bounded task.

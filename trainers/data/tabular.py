@@ -8,6 +8,7 @@ sharded by Ray Train (:class:`RayDataShards`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from api.schemas import DigitsData, SyntheticData, TabularData, TrainSpec
+from trainers.data.sources import arrays_bytes, arrays_key, arrays_of, cached, node_cache
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -29,24 +31,55 @@ class ArrayData:
     n_classes: int
 
 
-def load_arrays(spec: DigitsData | SyntheticData, seed: int) -> ArrayData:
+def read_xy(spec: DigitsData | SyntheticData, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """The rows and labels of a built-in dataset, and the bytes read from its source."""
     if isinstance(spec, DigitsData):
         from sklearn.datasets import load_digits
 
         x, y = load_digits(return_X_y=True)
-        x = x / 16.0  # pixel intensities are 0..16
-        n_classes = 10
-    else:
-        from sklearn.datasets import make_classification
+        return (x / 16.0, y), digits_file()[1]  # pixel intensities are 0..16
+    from sklearn.datasets import make_classification
 
-        x, y = make_classification(
-            n_samples=spec.n_samples,
-            n_features=spec.n_features,
-            n_informative=max(2, spec.n_features // 2),
-            n_classes=spec.n_classes,
-            random_state=seed,
-        )
-        n_classes = spec.n_classes
+    x, y = make_classification(
+        n_samples=spec.n_samples,
+        n_features=spec.n_features,
+        n_informative=max(2, spec.n_features // 2),
+        n_classes=spec.n_classes,
+        random_state=seed,
+    )
+    return (x, y), x.nbytes + y.nbytes
+
+
+def digits_file() -> tuple[str, int, float]:
+    """scikit-learn's bundled digits file: (path, size, mtime), the source's listing."""
+    import sklearn.datasets
+
+    path = os.path.join(os.path.dirname(sklearn.datasets.__file__), "data", "digits.csv.gz")
+    st = os.stat(path)
+    return path, st.st_size, st.st_mtime
+
+
+def load_xy(spec: DigitsData | SyntheticData, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``read_xy``'s arrays, through the node's data cache (``trainers.data.sources``)."""
+    import sklearn
+
+    if isinstance(spec, DigitsData):
+        key = arrays_key("digits", listing=digits_file())
+    else:
+        shape = spec.model_dump(include={"n_samples", "n_features", "n_classes"})
+        key = arrays_key("synthetic", sklearn=sklearn.__version__, seed=seed, **shape)
+    return cached(
+        node_cache(spec.cache),
+        key,
+        lambda: read_xy(spec, seed),
+        lambda xy: arrays_bytes({"x": xy[0], "y": xy[1]}),
+        lambda b: tuple(arrays_of(b, ("x", "y")).values()),
+    )
+
+
+def load_arrays(spec: DigitsData | SyntheticData, seed: int) -> ArrayData:
+    x, y = load_xy(spec, seed)
+    n_classes = 10 if isinstance(spec, DigitsData) else spec.n_classes
     order = np.random.default_rng(seed).permutation(len(x))
     n_val = max(1, int(round(len(x) * spec.val_fraction)))
     val, train = order[:n_val], order[n_val:]

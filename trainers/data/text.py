@@ -16,12 +16,16 @@ compared with a single-process one.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from typing import Literal
 
 import torch
 from torch.utils.data import Dataset
+
+from trainers.data.cache import DataCache
+from trainers.data.sources import arrays_bytes, arrays_key, arrays_of, cached
 
 VOCAB = "\n ,.abcdefghijklmnopqrstuvwxyz"
 VOCAB_SIZE = len(VOCAB)
@@ -163,11 +167,29 @@ def grammar_dataset(
     n_chars: int = 64 * 1024,
     seed: int = 0,
     split: Literal["train", "val"] = "train",
+    tokens: torch.Tensor | None = None,
 ) -> CharBlocks:
-    """The grammar corpus for ``seed``; the last 10% of its characters are ``val``."""
-    tokens = encode(generate_text(n_chars, seed=seed))
+    """The grammar corpus for ``seed``; the last 10% of its characters are ``val``.
+    ``tokens``: the corpus already encoded (``corpus_tokens``)."""
+    if tokens is None:
+        tokens = encode(generate_text(n_chars, seed=seed))
     cut = int(len(tokens) * 0.9)
     return CharBlocks(tokens[:cut] if split == "train" else tokens[cut:], seq_len)
+
+
+def corpus_tokens(n_chars: int, seed: int, cache: DataCache | None = None) -> torch.Tensor:
+    """The encoded corpus, through the node's data cache (``trainers.data.sources``)."""
+
+    def read() -> tuple[torch.Tensor, int]:
+        return encode(generate_text(n_chars, seed=seed)), n_chars
+
+    return cached(
+        cache,
+        arrays_key("text", n_chars=n_chars, seed=seed),
+        read,
+        lambda t: arrays_bytes({"tokens": t.numpy()}),
+        lambda b: torch.from_numpy(arrays_of(b, ("tokens",))["tokens"]),
+    )
 
 
 def batch_at(
@@ -188,10 +210,21 @@ def batch_at(
             f"({len(ds)} blocks); use a smaller batch or a longer corpus"
         )
     epoch, i = divmod(step, steps_per_epoch)
-    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(seed + epoch))
+    order = epoch_order(len(ds), seed + epoch)
     start = i * global_batch + rank * batch_size
-    rows = [ds[int(j)] for j in order[start : start + batch_size]]
+    picked = order[start : start + batch_size]
+    if isinstance(ds, CharBlocks):  # the blocks of one batch in one gather, not one slice each
+        windows = ds.tokens.unfold(0, ds.seq_len + 1, ds.seq_len).index_select(0, picked)
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+    rows = [ds[int(j)] for j in picked]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_order(n: int, seed: int) -> torch.Tensor:
+    """The order an epoch visits ``n`` blocks in: drawn once per epoch, not once per step
+    (a step of a large corpus otherwise spends its time drawing the permutation again)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
 def iterate_batches(

@@ -41,6 +41,7 @@ def livez() -> dict[str, str]:
 def cluster(backend: Cluster) -> ClusterInfo:
     info = backend.cluster_info()
     info.warm_pool = backend.warm_pool()
+    info.data_cache = backend.data_caches()
     return info
 
 

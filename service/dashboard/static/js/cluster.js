@@ -1,6 +1,6 @@
 // The cluster: its nodes, CPUs and GPUs used and free, what the autoscaler can add, the
-// queue of jobs waiting for room, in the order they will start, and (for server admins) the
-// server's replicas.
+// queue of jobs waiting for room, in the order they will start, each node's dataset cache
+// (what its keeper reports), and (for server admins) the server's replicas.
 
 import { get, query, AuthError } from "./api.js";
 import { h, replace, keepFocus, panel, table, link, num, when, labels, errorNotice } from "./dom.js";
@@ -17,6 +17,7 @@ export async function clusterPage(main, { signal }) {
   const nodes = h("div");
   const scaler = h("div");
   const queue = h("div");
+  const caches = h("div");
   const replicas = h("div");
   const replicasPanel = panel("Replicas", replicas);
   replicasPanel.hidden = true; // until the listing answers: it is for server admins
@@ -27,6 +28,7 @@ export async function clusterPage(main, { signal }) {
     cards,
     h("div", { class: "grid2" }, panel("Nodes", nodes), panel("Autoscaler", scaler)),
     panel("Queue", queue),
+    panel("Dataset cache", caches),
     replicasPanel,
   );
 
@@ -76,6 +78,7 @@ export async function clusterPage(main, { signal }) {
         { empty: "The cluster reports no node." },
       ),
     );
+    drawCaches(caches, c.data_cache || []);
     const a = c.autoscaler;
     replace(
       scaler,
@@ -108,6 +111,41 @@ export async function clusterPage(main, { signal }) {
   };
   await load();
   every(REFRESH_MS, signal, () => load().catch(handleError));
+}
+
+// Binary units, as the cap (RAYDOCK_DATA_CACHE_BYTES) is usually set.
+function size(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+function drawCaches(el, caches) {
+  replace(
+    el,
+    table(
+      ["Node", { label: "Datasets", cls: "num" }, { label: "Size", cls: "num" }, { label: "Cap", cls: "num" }, { label: "Used", cls: "num" }, { label: "Hits", cls: "num" }, { label: "Misses", cls: "num" }, { label: "Read from sources", cls: "num" }],
+      caches.map((d) =>
+        h(
+          "tr",
+          {},
+          h("td", { class: "mono small", title: d.node_id }, d.node_id.slice(0, 12)),
+          h("td", { class: "num" }, d.entries.toLocaleString()),
+          h("td", { class: "num" }, size(d.bytes)),
+          h("td", { class: "num" }, size(d.cap_bytes)),
+          h("td", { class: "num" }, d.cap_bytes ? `${Math.round((100 * d.bytes) / d.cap_bytes)}%` : "–"),
+          h("td", { class: "num" }, d.hits.toLocaleString()),
+          h("td", { class: "num" }, d.misses.toLocaleString()),
+          h("td", { class: "num" }, size(d.source_bytes)),
+        ),
+      ),
+      { empty: "No node has cached a dataset (the cache is on when the server sets RAYDOCK_DATA_CACHE_BYTES)." },
+    ),
+  );
 }
 
 function drawQueue(queue, queued) {
