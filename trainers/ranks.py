@@ -96,12 +96,17 @@ def free_port() -> int:
 class RankRunner:
     """Runs one attempt of ``spec`` as local ranks; ``fit()`` as ``TorchTrainer.fit``."""
 
+    # Whether the ranks may be forked from this process (so it imports their modules
+    # first); a runner that always starts them from a forkserver imports nothing for them.
+    forks_from_here = True
+
     def __init__(self, spec: TrainSpec, run_name: str, storage_path: str) -> None:
         self.spec, self.run_name, self.storage_path = spec, run_name, storage_path
         self.storage = ray_compat.storage_context(storage_path, run_name)
         self.book = ray_compat.checkpoint_book(self.storage, checkpoint_config(spec))
         self.loop, self.loop_config = loop_and_config(spec)
-        preload(spec)
+        if self.forks_from_here:
+            preload(spec)
         self.report_events: ReportEvents | None = None  # made once the ranks run: it may start a thread
         self.groups = 0
         self.after_start = None  # called once the first ranks are forked (the driver's set-up that starts threads)

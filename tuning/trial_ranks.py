@@ -23,6 +23,7 @@ the Train path's one-report queue keeps it.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable
 
@@ -70,7 +71,11 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
 
 class TrialRanks(RankRunner):
     """The rank runner of one start of a trial: reports go to ``forward`` (Tune), worker
-    groups name the trial, and a stop of the trainable ends the ranks."""
+    groups name the trial, and a stop of the trainable ends the ranks. The trainable runs
+    it in Tune's thread beside Ray's own, so its ranks come from a forkserver (one per
+    trainable, kept with it): a fork of a process with other threads may hang."""
+
+    forks_from_here = False
 
     def __init__(
         self,
@@ -125,6 +130,9 @@ class _RetryLines:
 def run_warm(runner: TrialRanks) -> None:
     """Run one start of the trial as local ranks until its loop ends, it fails (raised
     as ``TrialFailed``), or Tune stops it (``SystemExit``, as Tune's own stop does)."""
+    # Tune waits this long (default 2 s) for the function to return when it reuses this
+    # trainable; the ranks stop within a poll, but a loaded node may take longer to reap them.
+    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", "30")
     phases.for_trial(runner.trial_id)
     if runner.channel is not None:
         phases.bind(runner.channel)
