@@ -186,6 +186,8 @@ class RankRunner:
         # What preload() imported here, imported once in the forkserver rather than in each rank.
         # The driver's module too: each child imports it again as its __main__.
         modules = ["torch", "torch._dynamo", "ray.tune", "trainers.rank_worker", "trainers.driver"]
+        if not self.spec.is_user_code:  # the built-in tables: seconds for each rank to import on its own
+            modules.append("sklearn.datasets")
         ctx.set_forkserver_preload([*modules, getattr(self.loop, "__module__", "trainers")])
         return ctx
 
