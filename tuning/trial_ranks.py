@@ -91,7 +91,9 @@ class TrialRanks(RankRunner):
         # Tune copies each reported checkpoint into the trial; the run keeps every one
         # until then, as the Train path's run does.
         self.book = ray_compat.checkpoint_book(self.storage, CheckpointConfig(num_to_keep=None))
-        self.loop = functools.partial(refusing_tune_calls, self.loop)
+        loop = self.loop
+        self.loop = functools.partial(refusing_tune_calls, loop)
+        self.loop.__module__ = getattr(loop, "__module__", "trainers")  # what the forkserver imports for the ranks
         self.start_checkpoint, self.trial_id, self.acks = start, trial_id, True
         self.should_stop = ray_compat.tune_stopping
         self.channel, self.forward = channel, forward
