@@ -260,6 +260,7 @@ class Attempts:
             events_url=f"{self.settings.http.events_base_url}/v1/internal/jobs/{job_id}/events",
             events_token=token,
             local_ranks=resources,
+            trial_ranks=self.settings.startup.local_ranks and spec.get("kind") == "tune",
         )
 
     def _env(self, kind: str, launch_uri: str) -> dict[str, str]:

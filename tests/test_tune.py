@@ -23,7 +23,7 @@ from bench.harness.waiting import wait_for
 from service.cluster.ray_backend import ray_auth_token
 from tests.support.phases_check import assert_phases
 from tests.support.session import CLUSTER_CPUS
-from tests.support.specs import BASE, search, user_spec
+from tests.support.specs import BASE, search, steps_search, user_spec
 
 
 @pytest.mark.long  # about 2 minutes on 2 cores (a PBT search to its clones): RAYDOCK_LONG_TESTS=1
@@ -173,20 +173,7 @@ def test_grid_search_over_user_code_runs_exactly_the_grid(client: Client):
 
 
 def test_cancel_stops_every_trial_and_frees_the_cluster(client: Client, ray_head):
-    base = user_spec(
-        "userpkg.steps:train",
-        config={"steps": 100_000, "sleep_s": 0.2},
-        scaling={"num_workers": 1, "cpus_per_worker": 0.5},
-    )
-    spec = search(
-        base=base,
-        search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
-        metric="loss",
-        mode="min",
-        num_trials=2,
-        budget={"steps": 100_000},
-    )
-    job = client.submit(spec)
+    job = client.submit(steps_search({"num_workers": 1, "cpus_per_worker": 0.5}))
     wait_for(lambda: sum(t.reports > 0 for t in job.trials()) == 2, 240, "both trials to report")
     assert client.cluster().cpus_free <= CLUSTER_CPUS - 2
     job.cancel()

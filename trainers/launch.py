@@ -52,6 +52,7 @@ class Launch:
     submission_id: str | None = None  # the Ray submission id of this attempt, named by every push
     # The workers' resources the driver's Ray job holds: it runs them as local ranks (trainers.ranks).
     local_ranks: dict[str, float] | None = None
+    trial_ranks: bool = False  # a search: its trials may run their workers as local ranks (tuning.trial_ranks)
 
     @property
     def channel(self) -> EventsChannel:
@@ -115,6 +116,7 @@ def read_launch() -> Launch:
             attempt=data.attempt,
             submission_id=data.submission_id,
             local_ranks=data.local_ranks or None,
+            trial_ranks=data.trial_ranks,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(

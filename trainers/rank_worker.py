@@ -54,6 +54,10 @@ class RankPlan:
     loop_config: dict
     checkpoint: Any  # the run's latest ray.train.Checkpoint, or None
     cpus_per_rank: float = 1.0
+    trial_id: str = ""  # a search trial's ranks: their phase marks name it
+    # Rank 0 waits for the runner's word after each report (a search trial: Tune decides
+    # about one report before the loop runs on), and the loop keeps at most one report uploading.
+    acks: bool = False
 
 
 class Rank:
@@ -98,6 +102,8 @@ class Rank:
         while self.pending and self.pending[0].done():  # a failed upload fails the loop now, as in Ray Train
             self.pending.pop(0).result()
         name = self.broadcast(dir_name or ray_compat.checkpoint_dir_name())
+        while self.plan.acks and len(self.pending) > 1:  # never more than a report ahead of the runner
+            self.pending.pop(0).result()
         if background:
             if self.uploads is None:  # a collective, in the loop's thread, at every rank's first
                 self.uploads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raydock-upload")
@@ -128,6 +134,8 @@ class Rank:
             self.checkpoint = persisted or ray_compat.checkpoint_at(self.storage, name)
         if self.rank == 0:
             self.link.send(("report", dict(metrics), name if any(held) else None))
+            if self.plan.acks:
+                self.link.recv()
 
 
 def _die_with_parent() -> None:
@@ -144,6 +152,8 @@ def run_rank(plan: RankPlan, rank: int, link) -> None:
     """The rank's process: set up, run the loop, exit (never returns)."""
     os.setpgid(0, 0)
     _die_with_parent()
+    if plan.trial_id:
+        phases.for_trial(plan.trial_id)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop kills a rank at once; the driver reports
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.update(

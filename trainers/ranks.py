@@ -46,6 +46,8 @@ from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, headline, readable
 from trainers.rank_worker import RankPlan, run_rank
 from trainers.trainer import checkpoint_config, loop_and_config
 
+POLL_S = 0.2  # how often a runner with a stop check looks at it
+
 
 class RankDied(Exception):
     """A rank that ended without saying why (killed, out of memory)."""
@@ -94,15 +96,26 @@ def free_port() -> int:
 class RankRunner:
     """Runs one attempt of ``spec`` as local ranks; ``fit()`` as ``TorchTrainer.fit``."""
 
+    # Whether the ranks may be forked from this process (so it imports their modules
+    # first); a runner that always starts them from a forkserver imports nothing for them.
+    forks_from_here = True
+
     def __init__(self, spec: TrainSpec, run_name: str, storage_path: str) -> None:
         self.spec, self.run_name, self.storage_path = spec, run_name, storage_path
         self.storage = ray_compat.storage_context(storage_path, run_name)
         self.book = ray_compat.checkpoint_book(self.storage, checkpoint_config(spec))
         self.loop, self.loop_config = loop_and_config(spec)
-        preload(spec)
+        if self.forks_from_here:
+            preload(spec)
         self.report_events: ReportEvents | None = None  # made once the ranks run: it may start a thread
         self.groups = 0
         self.after_start = None  # called once the first ranks are forked (the driver's set-up that starts threads)
+        # A search trial's runner (tuning.trial_ranks) sets these: its first checkpoint, its
+        # id, report-by-report acks, and a check, between messages, of whether to stop.
+        self.start_checkpoint = None
+        self.trial_id = ""
+        self.acks = False
+        self.should_stop = None
 
     def fit(self) -> RunResult:
         failures = 0
@@ -134,15 +147,19 @@ class RankRunner:
             master_port=free_port(),
             loop=self.loop,
             loop_config=self.loop_config,
-            checkpoint=self.book.latest,
+            checkpoint=self.book.latest or self.start_checkpoint,
             cpus_per_rank=self.spec.scaling.cpus_per_worker,
+            trial_id=self.trial_id,
+            acks=self.acks,
         )
         ctx = self._context()
         links, procs = [], []
-        previous = signal.signal(signal.SIGTERM, _exit_on_term)
+        # A driver's stop unwinds through here; a trial's runner (not the main thread) is stopped by Tune.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _exit_on_term) if main else None
         try:
             for rank in range(n):
-                recv, send = ctx.Pipe(duplex=False)
+                recv, send = ctx.Pipe(duplex=self.acks)
                 proc = ctx.Process(target=run_rank, args=(plan, rank, send), name=f"raydock-rank-{rank}")
                 proc.start()
                 send.close()
@@ -152,14 +169,15 @@ class RankRunner:
             if self.after_start is not None:
                 self.after_start()
                 self.after_start = None
-            self._group_event(n)
+            self._group_event(n, [proc.pid for proc in procs])
             return self._watch(links, procs)
         finally:
             for proc in procs:
                 _kill_group(proc)
             for proc in procs:
                 proc.join(timeout=10)
-            signal.signal(signal.SIGTERM, previous)
+            if main:
+                signal.signal(signal.SIGTERM, previous)
 
     def _context(self):
         if threading.active_count() == 1:
@@ -168,10 +186,12 @@ class RankRunner:
         # What preload() imported here, imported once in the forkserver rather than in each rank.
         # The driver's module too: each child imports it again as its __main__.
         modules = ["torch", "torch._dynamo", "ray.tune", "trainers.rank_worker", "trainers.driver"]
+        if not self.spec.is_user_code:  # the built-in tables: seconds for each rank to import on its own
+            modules.append("sklearn.datasets")
         ctx.set_forkserver_preload([*modules, getattr(self.loop, "__module__", "trainers")])
         return ctx
 
-    def _group_event(self, n: int) -> None:
+    def _group_event(self, n: int, pids: list[int]) -> None:
         node = WorkerNode(ip=ray.util.get_node_ip_address(), node_id=_node_id())
         event = WorkerGroupEvent(type="worker_group", seq=self.groups, world_size=n, nodes=[node] * n)
         events.emit(event)
@@ -183,7 +203,9 @@ class RankRunner:
         running = {proc.sentinel: rank for rank, proc in enumerate(procs)}
         said_done: set[int] = set()
         while running or open_links:
-            ready = wait([*open_links.values(), *running])
+            ready = wait([*open_links.values(), *running], timeout=None if self.should_stop is None else POLL_S)
+            if self.should_stop is not None and self.should_stop():
+                raise SystemExit(0)  # unwinds through _start, which kills the ranks
             for rank, link in list(open_links.items()):
                 if link in ready and (failed := self._drain(rank, link, open_links, said_done)) is not None:
                     return failed
@@ -207,6 +229,8 @@ class RankRunner:
                 break
             if message[0] == "report":
                 self._report(message[1], message[2])
+                if self.acks:
+                    _tell(link, ("go",))
             elif message[0] == "error":
                 return Outcome(rank, message[1], message[2])
             elif message[0] == "done":
@@ -219,6 +243,13 @@ class RankRunner:
             checkpoint = ray_compat.checkpoint_at(self.storage, checkpoint_name)
             self.book.register(checkpoint, metrics)
         self._events().after_report(None, [metrics], checkpoint)
+
+
+def _tell(link, message: tuple) -> None:
+    try:
+        link.send(message)
+    except OSError:  # the rank is gone: its sentinel says so next
+        pass
 
 
 def _node_id() -> str:

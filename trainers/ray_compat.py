@@ -47,6 +47,16 @@ def tune_session_calls_warn() -> None:
         reset_log_once(f"{SESSION_MISUSE_LOG_ONCE_KEY}-{name}")
 
 
+def tune_stopping() -> bool:
+    """Whether Tune asked the function trainable running in this thread's actor to end
+    (its trial stops, or its actor is reset for another trial or an exploit): Tune's
+    session sets this and waits a couple of seconds for the function to return."""
+    from ray.train._internal.session import get_session
+
+    session = get_session()
+    return session is not None and session.stop_event.is_set()
+
+
 # ----------------------------------------------------------------------------- local ranks
 # Ray Train's local mode (``ScalingConfig(num_workers=0)``) with torchrun's environment is
 # what a forked local rank runs (trainers.rank_worker); its report and get_checkpoint are

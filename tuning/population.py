@@ -44,8 +44,9 @@ class Population:
 class Alignment:
     """The trainable's side: after forwarding a report, wait at perturbation points."""
 
-    def __init__(self, population, trial_id: str, interval: float, budget: float | None) -> None:
+    def __init__(self, population, trial_id: str, interval: float, budget: float | None, should_stop=None) -> None:
         self.population, self.trial_id = population, trial_id
+        self.should_stop = should_stop  # a trainable Tune may reset meanwhile: it must return at once
         self.interval, self.budget = interval, float("inf") if budget is None else budget
         self.last: float | None = None
 
@@ -60,6 +61,8 @@ class Alignment:
         point = (time_ // self.interval) * self.interval
         deadline = time.monotonic() + ALIGN_TIMEOUT_S
         while time.monotonic() < deadline and ray.get(self.population.slowest.remote()) < point:
+            if self.should_stop is not None and self.should_stop():
+                raise SystemExit(0)
             time.sleep(POLL_S)
 
 

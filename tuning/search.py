@@ -17,6 +17,7 @@ from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
 from tuning.trial import run_function_trial, run_trial
+from tuning.trial_ranks import largest_node_cpus, trial_cpus, warm_reason
 
 # Tune's own default horizon of ASHA, for a search whose loop's end is its budget.
 ASHA_MAX_T = 100
@@ -119,9 +120,12 @@ def experiment_path(storage_path: str, job_id: str) -> str:
     return f"{storage_path.rstrip('/')}/{job_id}"
 
 
-def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None) -> Any:
+def trainable(
+    spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None, warm: bool = False
+) -> Any:
     """``run_trial`` with the search's spec, the trials' run storage, its population
-    (which ``out`` hands the driver's callback too) and the trial's CPUs."""
+    (which ``out`` hands the driver's callback too) and the trial's CPUs: a warm trial's
+    trainable holds its workers' too (it forks them, ``tuning.trial_ranks``)."""
     if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
         scaling = spec.base.scaling
@@ -137,26 +141,41 @@ def trainable(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents,
         storage_path=trial_runs_path(storage_path, job_id),
         population=out.population,
         channel=channel,
+        warm=warm,
     )
-    return tune.with_resources(fn, {"cpu": spec.driver_cpus_per_trial})
+    return tune.with_resources(fn, {"cpu": trial_cpus(spec) if warm else spec.driver_cpus_per_trial})
 
 
-def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None) -> tune.Tuner:
+def trials_start_warm(spec: TuneSpec, trial_ranks: bool) -> bool:
+    """Whether this search's trials run as local ranks (``trial_ranks``: the server lets
+    them), said in the search's log either way."""
+    why = warm_reason(spec, largest_node_cpus()) if trial_ranks else "local ranks are off (RAYDOCK_LOCAL_RANKS)"
+    if why is None:
+        print("raydock: trials start warm: each runs its workers as local ranks, kept between trials and exploits")
+    else:
+        print(f"raydock: trials start cold, each a Ray Train run: {why}")
+    return why is None
+
+
+def build_tuner(
+    spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None, trial_ranks: bool = False
+) -> tune.Tuner:
     """A new search, or, when the job's storage holds one (a resumed job), that search
     where it stopped: finished and failed trials stay so, the others go on from their
     last checkpoints with their values and the scheduler's state."""
     if spec.seed is not None:
         random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
     path = experiment_path(storage_path, job_id)
+    warm = trials_start_warm(spec, trial_ranks)
     if tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
-            path, trainable=trainable(spec, job_id, storage_path, out, channel), resume_unfinished=True
+            path, trainable=trainable(spec, job_id, storage_path, out, channel, warm), resume_unfinished=True
         )
     # Grid points each run num_trials / grid_size times (Tune's num_samples).
     samples = spec.num_trials // spec.grid_size
     search_alg = searcher(spec)
     return tune.Tuner(
-        trainable(spec, job_id, storage_path, out, channel),
+        trainable(spec, job_id, storage_path, out, channel, warm),
         param_space=param_space(spec),
         tune_config=tune.TuneConfig(
             metric=spec.metric,
@@ -166,9 +185,11 @@ def build_tuner(spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvent
             max_concurrent_trials=None if isinstance(search_alg, BasicVariantGenerator) else spec.concurrency,
             scheduler=scheduler(spec, out),
             search_alg=search_alg,
-            # A trial's trainable owns its Train run; a fresh actor per start keeps
-            # a paused or cloned trial from reusing a run it no longer owns.
-            reuse_actors=False,
+            # A warm trial's actor (its imports, its forkserver) serves the next trial and
+            # the trial's restarts after exploits; each start forks fresh ranks. A cold
+            # trial's trainable owns its Train run: a fresh actor per start keeps a paused
+            # or cloned trial from reusing a run it no longer owns.
+            reuse_actors=warm,
         ),
         run_config=tune.RunConfig(
             name=job_id,

@@ -3,11 +3,12 @@
 The server submits this module for a ``kind: tune`` job (a training job has its own,
 ``python -m trainers.driver``). It runs the Tuner (``tuning.search``) in this process:
 Tune's controller, the PBT/ASHA decisions and the event stream to the server all live
-here, and every trial runs as its own distributed ``TorchTrainer`` (``tuning.trial``).
+here; each trial runs its workers as local ranks its trainable forks (when they fit one
+node, ``tuning.trial_ranks``) or as its own distributed ``TorchTrainer`` (``tuning.trial``).
 
 Stopping the Ray job (cancel) ends this process; the trials' trainables are its actors,
-their Train controllers and workers are the trainables' actors, so all of them and
-their placement groups go with it.
+their Train controllers and workers are the trainables' actors, and their local ranks
+die with the trainables' processes, so all of them and their placement groups go with it.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def main() -> int:
     phases.mark("driver_started", phases.process_started_at())
     spec = TuneSpec.model_validate(launch.spec)
     events.emit(StartedEvent(type="started", seq=0))
-    return run_search(spec, launch.job_id, launch.storage_path, launch.channel)
+    return run_search(spec, launch.job_id, launch.storage_path, launch.channel, launch.trial_ranks)
 
 
-def run_search(spec: TuneSpec, job_id: str, storage_path: str, channel: EventsChannel | None = None) -> int:
+def run_search(
+    spec: TuneSpec, job_id: str, storage_path: str, channel: EventsChannel | None = None, trial_ranks: bool = False
+) -> int:
     out = SearchEvents(spec.metric, spec.mode, key=job_id)
     out.first_report_timeout_s = spec.first_report_timeout_s
     if spec.algorithm in ("pbt", "pb2") and not restores_from_checkpoint(spec.base):
@@ -56,7 +59,7 @@ def run_search(spec: TuneSpec, job_id: str, storage_path: str, channel: EventsCh
         print(out.note, file=sys.stderr, flush=True)
     try:
         ray.init(address="auto", log_to_driver=True)
-        results = build_tuner(spec, job_id, storage_path, out, channel).fit()
+        results = build_tuner(spec, job_id, storage_path, out, channel, trial_ranks).fit()
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1

@@ -1,5 +1,8 @@
-"""One trial of a search: a Tune function trainable that builds and runs a distributed
-``TorchTrainer`` (Ray Train V2 no longer runs under a ``Tuner`` directly).
+"""One trial of a search: a Tune function trainable that runs the trial's workers, as
+local ranks it forks when they fit one node (``tuning.trial_ranks``: a warm start), else
+as a distributed ``TorchTrainer`` (Ray Train V2 no longer runs under a ``Tuner`` directly).
+The rest of this docstring is the ``TorchTrainer`` path; the local ranks keep its
+contract (each report and its checkpoint to Tune, the start from ``tune.get_checkpoint()``).
 
 Each Train report travels controller -> trainable -> Tune: a ``UserCallback`` in the
 trial's Train controller puts the report and its checkpoint on a small Ray queue, and
@@ -28,10 +31,11 @@ from trainers import callbacks as run_callbacks
 from trainers import phases
 from trainers.failures import TrialFailed, classify
 from trainers.launch import EventsChannel
-from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback, seed_checkpoint
+from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback, seed_checkpoint, tune_stopping
 from trainers.trainer import build_trainer, load_entrypoint
 from trainers.user_loop import refusing_tune_calls
 from tuning.population import Alignment
+from tuning.trial_ranks import TrialRanks, run_warm
 
 POLL_S = 0.2
 REPORTS_KEY = "raydock_reports"
@@ -117,6 +121,31 @@ def _partial(fn: Callable, loop: Callable, checkpoint, trial_id: str) -> Callabl
     return train_loop_per_worker
 
 
+class TrialReports:
+    """What the trainable does with each report of its loop, on either path: check it,
+    count it (Tune's count goes on from the checkpoint the trial starts from; each
+    checkpoint carries the count it was reported at), hand it to Tune with its
+    checkpoint, then wait at a perturbation point with the population."""
+
+    def __init__(self, search: TuneSpec, trial_id: str, start, population, should_stop=None) -> None:
+        self.metric, self.unit = search.metric, search.unit
+        self.count = int((start.get_metadata() if start is not None else {}).get(REPORTS_KEY, 0))
+        self.align = None
+        if population is not None:
+            interval, budget = search.pbt.perturbation_interval, search.budget_amount
+            self.align = Alignment(population, trial_id, interval, budget, should_stop)
+
+    def forward(self, metrics: dict[str, Any], checkpoint) -> None:
+        _check_report(metrics, self.metric, self.unit)
+        self.count += 1
+        if checkpoint is not None:
+            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+            checkpoint.set_metadata({REPORTS_KEY: self.count})
+        tune.report(metrics, checkpoint=checkpoint)
+        if self.align is not None:
+            self.align.after_report(self.count if self.unit == REPORTS_UNIT else metrics[self.unit])
+
+
 def run_trial(
     config: dict[str, Any],
     *,
@@ -124,25 +153,23 @@ def run_trial(
     storage_path: str,
     population=None,
     channel: EventsChannel | None = None,
+    warm: bool = False,
 ) -> None:
-    """The trainable: ``config`` holds this trial's values (dotted path -> value)."""
+    """The trainable: ``config`` holds this trial's values (dotted path -> value).
+    ``warm``: the trial's workers run as local ranks (``tuning.trial_ranks``)."""
     search = TuneSpec.model_validate(spec)
     trial_spec = search.trial_spec(config)
-    unit = search.unit
     trial_id = tune.get_context().get_trial_id()
-    # A fresh Train run name per start: Train V2 resumes a run of the same name from
-    # its own last checkpoint, but a clone must start from its donor's.
+    # A fresh run name per start: a Train run of the same name resumes from its own
+    # last checkpoint, but a clone must start from its donor's.
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
-    queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     start = tune.get_checkpoint()
+    if warm:
+        reports = TrialReports(search, trial_id, start, population, tune_stopping)
+        return run_warm(TrialRanks(trial_spec, run_name, storage_path, trial_id, start, channel, reports.forward))
+    reports = TrialReports(search, trial_id, start, population)
+    queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     trainer = trial_trainer(trial_spec, run_name, storage_path, queue, start, trial_id, channel)
-    # Tune's count of this trial's reports (its training_iteration) goes on from the
-    # checkpoint it restarts from; each checkpoint carries the count it was reported at.
-    reports = int((start.get_metadata() if start is not None else {}).get(REPORTS_KEY, 0))
-
-    align = None
-    if population is not None:
-        align = Alignment(population, trial_id, search.pbt.perturbation_interval, search.budget_amount)
     failure: list[BaseException] = []
     done = threading.Event()
 
@@ -162,14 +189,7 @@ def run_trial(
             if done.is_set() and queue.empty():
                 break
             continue
-        _check_report(metrics, search.metric, unit)
-        reports += 1
-        if checkpoint is not None:
-            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
-            checkpoint.set_metadata({REPORTS_KEY: reports})
-        tune.report(metrics, checkpoint=checkpoint)
-        if align is not None:
-            align.after_report(reports if unit == REPORTS_UNIT else metrics[unit])
+        reports.forward(metrics, checkpoint)
     if failure:
         why = classify(failure[0])
         raise TrialFailed(why.cause.value, why.message, why.traceback) from None

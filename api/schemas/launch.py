@@ -46,6 +46,11 @@ class LaunchFile(BaseModel):
         description="The workers' resources the driver's Ray job holds: it forks the workers as local ranks "
         "(trainers.ranks). None: Ray Train's worker actors.",
     )
+    trial_ranks: bool = Field(
+        default=False,
+        description="A search: the trials whose workers fit one node may run them as local ranks "
+        "(tuning.trial_ranks). False: every trial is a Ray Train run.",
+    )
 
 
 class WarmPoolFacts(BaseModel):

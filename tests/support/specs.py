@@ -47,3 +47,17 @@ def search(**overrides) -> dict:
     }
     spec.update(overrides)
     return spec
+
+
+def steps_search(scaling: dict, **overrides) -> dict:
+    """A search over ``userpkg.steps`` (a user loop of 100,000 steps of 0.2 s) that runs until cancelled."""
+    base = user_spec("userpkg.steps:train", config={"steps": 100_000, "sleep_s": 0.2}, scaling=scaling)
+    return search(
+        base=base,
+        search_space={"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}},
+        metric="loss",
+        mode="min",
+        num_trials=2,
+        budget={"steps": 100_000},
+        **overrides,
+    )

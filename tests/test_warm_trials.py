@@ -1,0 +1,97 @@
+"""Warm search trials (tuning.trial_ranks): a trial whose workers fit one node runs them
+as local ranks forked by its Tune trainable, and those processes die with the trial.
+
+Each trial's trainable says in the search's log which processes are its ranks (one line
+per start: the first, and each restart after a PBT exploit); these tests hold the ranks
+to it by pid: alive while the trial runs, gone once a cancel or an exploit ended that
+start of the trial."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import psutil
+import pytest
+
+from api.client import Client, Job
+from api.errors import Conflict
+from bench.harness.waiting import wait_for
+from tests.support.session import CLUSTER_CPUS
+from tests.support.specs import BASE, search, steps_search
+
+STARTS = re.compile(r"raydock: trial (\S+) runs (\d+) local rank\(s\), pids \[([\d, ]+)\]")
+
+
+def starts(job: Job) -> list[tuple[str, list[int]]]:
+    """Each start of a trial's ranks, in the log's order: (trial id, pids)."""
+    return [(m[1], [int(p) for p in m[3].split(",")]) for m in STARTS.finditer(job.logs())]
+
+
+def _all_starts(job: Job) -> dict[str, list[list[int]]]:
+    out: dict[str, list[list[int]]] = {}
+    for trial, pids in starts(job):
+        out.setdefault(trial, []).append(pids)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_cancel_kills_every_warm_trials_ranks(client: Client):
+    job = client.submit(steps_search({"num_workers": 2, "cpus_per_worker": 0.5}))
+    try:
+        wait_for(lambda: sum(t.reports > 0 for t in job.trials()) == 2, 180, "both trials to report")
+        wait_for(lambda: len(starts(job)) == 2, 30, "both trials' ranks in the log")
+        assert "trials start warm" in job.logs()
+        pids = [pid for _, group in starts(job) for pid in group]
+        assert len(pids) == 4 and all(alive(p) for p in pids)  # two trials of two local ranks each
+        # Each trial holds its driver's CPU and its workers' in one request: 2 x (0.5 + 2 x 0.5).
+        assert client.cluster().cpus_free == CLUSTER_CPUS - 3
+    finally:
+        job.cancel()
+    wait_for(lambda: job.refresh().status.is_terminal(), 90, "cancel to finish")
+    assert job.status.value == "CANCELLED"
+    wait_for(lambda: not any(alive(p) for p in pids), 60, "every trial's ranks to die")
+    wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
+
+
+@pytest.mark.long  # a 4-trial PBT search to its exploits: about a minute on 2 cores
+def test_exploit_replaces_the_trials_ranks_and_keeps_the_lineage(client: Client):
+    spec = search(
+        base={**BASE, "scaling": {"num_workers": 2, "cpus_per_worker": 0.25}},
+        algorithm="pbt",
+        num_trials=4,
+        budget={"epochs": 6},
+        driver_cpus_per_trial=0.25,
+        pbt={"perturbation_interval": 2, "quantile_fraction": 0.25, "resample_probability": 0.25},
+    )
+    job = client.submit(spec)
+    seen: dict[str, list[list[int]]] = {}
+    try:
+
+        def restarted() -> bool:
+            for trial, pids in starts(job):
+                if pids not in seen.setdefault(trial, []):
+                    seen[trial].append(pids)
+            return any(len(groups) > 1 for groups in seen.values()) or job.refresh().status.is_terminal()
+
+        wait_for(restarted, 300, "a trial to restart after an exploit")
+        for groups in seen.values():
+            for old in groups[:-1]:  # every start before the trial's latest one ended with it
+                assert not any(alive(p) for p in old), f"ranks {old} outlived their start"
+        wait_for(lambda: job.refresh().status.is_terminal(), 300, "the search to finish")
+    finally:
+        with contextlib.suppress(Conflict):  # ended already, as it should have
+            job.cancel()
+    assert job.status.value == "SUCCEEDED"
+    trials = job.trials()
+    seen = {trial: [list(p) for p in groups] for trial, groups in _all_starts(job).items()}
+    assert any(t.exploits for t in trials), "PBT exploited no trial"
+    for t in trials:  # one start of its ranks at first, and one after each exploit
+        assert len(seen[t.trial_id]) == 1 + t.exploits, (t.trial_id, t.exploits, seen[t.trial_id])
+    wait_for(lambda: not any(alive(p) for g in seen.values() for pids in g for p in pids), 60, "every rank to end")
