@@ -34,6 +34,7 @@ from service.db.leases import Fence, LeaseLost
 from service.db.models import JobRow, aware, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
+from service.pipelines.release import Release
 from service.scheduling.preemption import Preemptions
 from service.scheduling.queue_keeper import QueueKeeper
 from service.settings import Settings
@@ -88,6 +89,7 @@ class Monitor:
         queue: QueueKeeper,
         preemptions: Preemptions,
         tails: LogTails,
+        release: Release | None = None,
     ):
         self.settings = settings
         self.sessions = sessions
@@ -106,6 +108,7 @@ class Monitor:
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
         self.queue = queue
         self.preemptions = preemptions
+        self.release = release  # queues (or stops) the jobs waiting for others: service/pipelines/
         self._outage = Outage()
 
     # ------------------------------------------------------------------ one pass
@@ -140,6 +143,8 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
+        if self.release is not None:  # a dependency that ended in this pass's follows queues its job now
+            self.release.release(fence)
         with self._submit_lock:
             starting = frozenset(self._submitting)  # before admission reads: each counts as held
         admitted = self.queue.admit(fence, starting)

@@ -52,6 +52,7 @@ class Launch:
     submission_id: str | None = None  # the Ray submission id of this attempt, named by every push
     # The workers' resources the driver's Ray job holds: it runs them as local ranks (trainers.ranks).
     local_ranks: dict[str, float] | None = None
+    init_checkpoint: str | None = None  # the checkpoint the run starts from (init_from), until it has its own
 
     @property
     def channel(self) -> EventsChannel:
@@ -115,6 +116,7 @@ def read_launch() -> Launch:
             attempt=data.attempt,
             submission_id=data.submission_id,
             local_ranks=data.local_ranks or None,
+            init_checkpoint=data.init_checkpoint,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(

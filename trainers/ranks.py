@@ -44,7 +44,7 @@ from trainers import events, phases, ray_compat
 from trainers.callbacks import ReportEvents
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, headline, readable
 from trainers.rank_worker import RankPlan, run_rank
-from trainers.trainer import checkpoint_config, loop_and_config
+from trainers.trainer import checkpoint_config, loop_and_config, starting_checkpoint
 
 
 class RankDied(Exception):
@@ -94,8 +94,9 @@ def free_port() -> int:
 class RankRunner:
     """Runs one attempt of ``spec`` as local ranks; ``fit()`` as ``TorchTrainer.fit``."""
 
-    def __init__(self, spec: TrainSpec, run_name: str, storage_path: str) -> None:
+    def __init__(self, spec: TrainSpec, run_name: str, storage_path: str, start: str | None = None) -> None:
         self.spec, self.run_name, self.storage_path = spec, run_name, storage_path
+        self.start = start  # the checkpoint the run starts from (init_from) until it has one of its own
         self.storage = ray_compat.storage_context(storage_path, run_name)
         self.book = ray_compat.checkpoint_book(self.storage, checkpoint_config(spec))
         self.loop, self.loop_config = loop_and_config(spec)
@@ -134,7 +135,7 @@ class RankRunner:
             master_port=free_port(),
             loop=self.loop,
             loop_config=self.loop_config,
-            checkpoint=self.book.latest,
+            checkpoint=self.book.latest or starting_checkpoint(self.start),
             cpus_per_rank=self.spec.scaling.cpus_per_worker,
         )
         ctx = self._context()
