@@ -65,7 +65,7 @@ def test_the_pipeline_page_draws_its_graph_and_cancels_it(server, tab):
         ("pretrain", "alert"),
     }
     assert graph.locator('g[data-to="finetune"] path').get_attribute("stroke-dasharray")  # init_from: dashed
-    assert "on FAILED" in graph.locator('g[data-to="alert"]').inner_text()
+    assert graph.locator('g[data-to="alert"] text').text_content() == "on FAILED"
     # Columns by depth: each step right of the steps it runs after.
     x = {n: float(graph.locator(f'g[data-step="{n}"] rect').get_attribute("x")) for n in drawn}
     assert x["prepare"] < x["pretrain"] < x["finetune"] < x["evaluate"] and x["alert"] == x["finetune"]

@@ -9,7 +9,7 @@ import { every } from "./router.js";
 import { s } from "./svg.js";
 
 const REFRESH_MS = 3000;
-const NODE_W = 168, NODE_H = 52, COL_GAP = 72, ROW_GAP = 22, PAD = 16;
+const NODE_W = 168, NODE_H = 52, COL_GAP = 96, ROW_GAP = 22, PAD = 16, TOP = 36;
 
 export async function pipelinesPage(main, { signal }) {
   setTitle("Pipelines");
@@ -120,20 +120,24 @@ function graph(p) {
     const c = col.get(st.name);
     const r = rows.get(c) || 0;
     rows.set(c, r + 1);
-    at.set(st.name, { x: PAD + c * (NODE_W + COL_GAP), y: PAD + r * (NODE_H + ROW_GAP) });
+    at.set(st.name, { x: PAD + c * (NODE_W + COL_GAP), y: TOP + r * (NODE_H + ROW_GAP), c });
   }
   const width = PAD * 2 + (Math.max(...col.values()) + 1) * (NODE_W + COL_GAP) - COL_GAP;
-  const height = PAD * 2 + Math.max(...rows.values()) * (NODE_H + ROW_GAP) - ROW_GAP;
+  const height = TOP + PAD + Math.max(...rows.values()) * (NODE_H + ROW_GAP) - ROW_GAP;
   const edges = p.steps.flatMap(inputs).map((e) => {
     const a = at.get(e.from), b = at.get(e.to);
     const [x1, y1, x2, y2] = [a.x + NODE_W, a.y + NODE_H / 2, b.x, b.y + NODE_H / 2];
     const mid = (x1 + x2) / 2;
-    const label = e.init ? `init_from (${e.status})` : e.status === "SUCCEEDED" ? "" : `on ${e.status}`;
+    const label = e.init ? `init (${e.status})` : e.status === "SUCCEEDED" ? "" : `on ${e.status}`;
+    // An edge over more than one column arcs above the steps between, not through them.
+    const over = b.c - a.c > 1 ? Math.min(y1, y2) - NODE_H / 2 - TOP * 0.6 : null;
+    const d = over === null ? `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - 6},${y2}` : `M${x1},${y1} C${x1 + 60},${over} ${x2 - 60},${over} ${x2 - 6},${y2}`;
+    const ly = over === null ? (y1 + y2) / 2 - 5 : over + 18;
     return s(
       "g",
       { class: "edge pipeline-edge", "data-from": e.from, "data-to": e.to },
-      s("path", { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - 6},${y2}`, "stroke-dasharray": e.init ? "5 4" : null, "marker-end": "url(#arrow)" }),
-      label ? s("text", { x: mid, y: (y1 + y2) / 2 - 5, "text-anchor": "middle" }, label) : null,
+      s("path", { d, "stroke-dasharray": e.init ? "5 4" : null, "marker-end": "url(#arrow)" }),
+      label ? s("text", { x: mid, y: ly, "text-anchor": "middle" }, label) : null,
     );
   });
   const nodes = p.steps.map((st) => {
