@@ -81,9 +81,9 @@ def test_the_sdk_and_cli_submit_read_and_cancel_a_pipeline(world, tmp_path):
         (lambda b: b["steps"][1].update(after=[{"step": "nope"}]), "unknown_step"),
         (lambda b: b["steps"][2].update(name="pre"), "duplicate_step"),
         (lambda b: b["steps"][1]["job"].update(project="beta"), "cross_project_step"),
-        (lambda b: b.update(steps=[]), "invalid_spec"),
-        (lambda b: b["steps"][0].update(after=[{"step": "x"}] * 17), "invalid_spec"),
-        (lambda b: b["steps"][0].update(after=[{"step": "x", "job": "j1"}]), "invalid_spec"),
+        (lambda b: b.update(steps=[]), "invalid_request"),
+        (lambda b: b["steps"][0].update(after=[{"step": "x"}] * 17), "invalid_request"),
+        (lambda b: b["steps"][0].update(after=[{"step": "x", "job": "j1"}]), "invalid_request"),
     ],
     ids=["unknown step", "duplicate", "cross project", "no steps", "too many after", "step and job"],
 )
