@@ -93,7 +93,8 @@ def main() -> None:
         server = ServerProcess(Path(tmp) / "server", address).start()
         try:
             with Client(server.url) as sdk:
-                runs = [run_once(sdk, JobSubmissionClient(address)) for _ in range(args.runs)]
+                ray = JobSubmissionClient(address, headers=head.headers if head is not None else None)
+                runs = [run_once(sdk, ray) for _ in range(args.runs)]
         finally:
             server.stop()
             if head is not None:
