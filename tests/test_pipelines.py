@@ -45,6 +45,15 @@ def service(tmp_path):
     runtime.sessions.kw["bind"].dispose()
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory):
+    """One store for the refusals: nothing is stored by any of them."""
+    tmp = tmp_path_factory.mktemp("refusals")
+    runtime = job_service(f"sqlite:///{tmp / 'store.db'}", tmp / "data")
+    yield runtime
+    runtime.sessions.kw["bind"].dispose()
+
+
 @pytest.fixture()
 def either(database_url, tmp_path):
     runtime = job_service(database_url, tmp_path / "data")
@@ -97,12 +106,12 @@ BAD = [
 
 
 @pytest.mark.parametrize("what,steps,code,hint", BAD, ids=[b[0] for b in BAD])
-def test_a_bad_graph_is_refused_with_its_code_and_nothing_is_stored(service, what, steps, code, hint):
+def test_a_bad_graph_is_refused_with_its_code_and_nothing_is_stored(refusing, what, steps, code, hint):
     with pytest.raises(InvalidSpec) as refused:
-        service.pipelines.submit(pipeline(*steps), ADMIN, "default")
+        refusing.pipelines.submit(pipeline(*steps), ADMIN, "default")
     assert refused.value.status == 422 and refused.value.code == code, refused.value.message
     assert hint in refused.value.message
-    assert stored(service) == (0, 0)
+    assert stored(refusing) == (0, 0)
 
 
 def test_a_dependency_in_another_project_reads_as_missing(service):

@@ -208,7 +208,8 @@ class Pipelines:
             row = self._writable(s, pipeline_id, caller)
             ids = [st["job_id"] for st in row.steps]
             jobs = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
-            again = [j for j in jobs.values() if j.status in (JobStatus.FAILED.value, JobStatus.CANCELLED.value)]
+            ended = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+            again = sorted((j for j in jobs.values() if j.status in ended), key=lambda j: j.id)  # locks in id order
             if not again:
                 raise Conflict(
                     f"Pipeline {pipeline_id} has no FAILED or CANCELLED step to run again.",

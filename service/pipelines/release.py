@@ -106,7 +106,7 @@ class Release:
                 fence.hold(s)  # first: a take-over waits for these moves, or refuses them
             ids = {d for m in moves for d, _ in m.checked}
             now = dict(s.execute(select(JobRow.id, JobRow.status).where(JobRow.id.in_(ids))).all()) if ids else {}
-            for m in moves:
+            for m in sorted(moves, key=lambda m: m.job_id):  # row locks in id order (see lifecycle.transition_many)
                 if any(now.get(d) != status for d, status in m.checked):
                     continue  # a dependency was resumed meanwhile: decided again next pass
                 job = s.get(JobRow, m.job_id)
