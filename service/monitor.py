@@ -144,7 +144,12 @@ class Monitor:
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
         if self.release is not None:  # a dependency that ended in this pass's follows queues its job now
-            self.release.release(fence)
+            try:
+                self.release.release(fence)
+            except LeaseLost:
+                raise
+            except Exception:  # noqa: BLE001 - the waiting jobs wait a pass longer; the queue goes on
+                log.exception("queueing the jobs that wait for others failed; tried again next pass")
         with self._submit_lock:
             starting = frozenset(self._submitting)  # before admission reads: each counts as held
         admitted = self.queue.admit(fence, starting)

@@ -93,7 +93,11 @@ class Release:
         if isinstance(init, dict) and init.get("job"):
             dep = deps[init["job"]]
             choice = init.get("checkpoint") or "best"
-            path = outputs.resolve(s, self.reads, dep.id, dep.kind, dep.spec or {}, choice)
+            try:
+                path = outputs.resolve(s, self.reads, dep.id, dep.kind, dep.spec or {}, choice)
+            except OSError as exc:  # storage that does not answer now: the job waits, never stopped for it
+                log.warning("job %s: the checkpoints of %s cannot be listed now (%s); tried again", row.id, dep.id, exc)
+                return None
             if path is None:
                 why = f"not run: {dependencies.name(dep.id, dep.labels)} left no complete checkpoint to start from"
                 return Move(row.id, JobStatus.CANCELLED, f"{why} (init_from, {choice})", ())
