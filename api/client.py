@@ -26,6 +26,7 @@ import httpx
 from api import archives
 from api.code_upload import CodeUpload, Progress, upload_code, with_uploaded_code
 from api.errors import Busy, RaydockError, error_from_body, retry_after_s
+from api.pipelines_client import PipelinesClient
 from api.schedules_client import SchedulesClient
 from api.schemas import (
     MAX_CANCEL_IDS,
@@ -71,7 +72,7 @@ def raise_for_error(r: httpx.Response) -> httpx.Response:
     raise err
 
 
-class Client(TenancyClient, SchedulesClient):
+class Client(TenancyClient, SchedulesClient, PipelinesClient):
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")

@@ -143,6 +143,7 @@ class Attempts:
             attempt, sid, kind = job.attempt + 1, job.submission_id, job.kind
             spec_json = launched_spec(job.spec, job.granted_workers)  # an elastic job's max as granted
             previous, launch_sha256 = job.ray_job_id, job.launch_sha256
+            init_checkpoint = job.init_checkpoint  # resolved when its dependencies ended (service/pipelines/)
         prefix, name = (
             storage.job_prefix(self.settings.storage.resolved_storage_path, job_id),
             f"{storage.LAUNCH_DIR}/launch-{attempt}.json",
@@ -152,7 +153,7 @@ class Attempts:
             sid = submission_id(job_id, attempt)
             token, digest = new_events_token()
             resources = rank_plan.entrypoint_resources(stored_spec(spec_json), self.settings, self.backend)
-            launch = self._launch(job_id, attempt, sid, spec_json, token, resources)
+            launch = self._launch(job_id, attempt, sid, spec_json, token, resources, init_checkpoint)
             data = launch.model_dump_json().encode()
             launch_sha256 = hashlib.sha256(data).hexdigest()
             if fence is not None:  # a replica that lost the monitor must not rewrite the holder's file
@@ -247,7 +248,14 @@ class Attempts:
                 job.submission_id = None
 
     def _launch(
-        self, job_id: str, attempt: int, sid: str, spec: dict, token: str, resources: dict | None
+        self,
+        job_id: str,
+        attempt: int,
+        sid: str,
+        spec: dict,
+        token: str,
+        resources: dict | None,
+        init_checkpoint: str | None = None,
     ) -> LaunchFile:
         return LaunchFile(
             job_id=job_id,
@@ -261,6 +269,7 @@ class Attempts:
             events_token=token,
             local_ranks=resources,
             trial_ranks=self.settings.startup.local_ranks and spec.get("kind") == "tune",
+            init_checkpoint=init_checkpoint,
         )
 
     def _env(self, kind: str, launch_uri: str) -> dict[str, str]:

@@ -40,6 +40,7 @@ from service.eventlog import subscriptions
 from service.eventlog.log import SYSTEM, record
 from service.files import storage
 from service.job_reads import JobReads, job_missing, job_row
+from service.pipelines import dependencies
 from service.scheduling import admission, node_fit, queue
 from service.settings import Settings
 from service.stored import phases
@@ -144,19 +145,24 @@ class JobCommands:
         project: str,
         user_id: int | None,
         key: tuple[str | None, str | None] = (None, None),
+        pipeline_id: str | None = None,
     ) -> JobPublic:
         """Record a validated job in ``s``'s transaction (a submit's, or a schedule's firing
         with its tick: service/schedules/firing.py): the project's queue room, the row, its
         code reference, tracking, webhooks and the ``submitted`` event, all or nothing."""
         now = utcnow()
+        stored = spec.model_dump(mode="json")
+        named = dependencies.check(s, spec, project)  # each a job of this project (422 if not)
+        deps = dependencies.effective(stored)  # none: it joins the queue now; else it WAITs for them
         row = {
             "id": "j" + uuid.uuid4().hex[:11],
             "name": spec.name,
             "kind": spec.kind,
-            "status": JobStatus.QUEUED.value,
-            "status_reason": "waiting to be scheduled",
+            "status": (JobStatus.WAITING if deps else JobStatus.QUEUED).value,
+            "status_reason": dependencies.waiting_reason(deps, named) if deps else "waiting to be scheduled",
             "labels": spec.labels,
-            "spec": spec.model_dump(mode="json"),
+            "spec": stored,
+            "pipeline_id": pipeline_id,
             **queue.typed_columns(spec),
             "project_idempotency_key": key[0],
             "idempotency_hash": key[1],
@@ -204,7 +210,7 @@ class JobCommands:
                     )
                 if status == JobStatus.CANCELLING:
                     break
-                if status == JobStatus.QUEUED:
+                if status in (JobStatus.QUEUED, JobStatus.WAITING):
                     # A submit in flight (submission_id set) finds the job CANCELLED and
                     # stops what Ray accepted; reconciliation catches it if that fails.
                     gone = {"submission_id": None, "queue_position": None}  # the submit's confirm then finds it gone
@@ -236,9 +242,11 @@ class JobCommands:
                         "queue_position": None,
                     }  # as for one cancel: a submit in flight finds it gone
                     why = "cancelled before it started"
-                    moved = lifecycle.transition_many(
-                        s, ids, JobStatus.QUEUED, JobStatus.CANCELLED, reason=why, also=gone, actor=actor
-                    )
+                    moved = []
+                    for unstarted in (JobStatus.WAITING, JobStatus.QUEUED):
+                        moved += lifecycle.transition_many(
+                            s, ids, unstarted, JobStatus.CANCELLED, reason=why, also=gone, actor=actor
+                        )
                     for started in (JobStatus.STARTING, JobStatus.RUNNING):  # the monitor stops their Ray jobs
                         moved += lifecycle.transition_many(
                             s, ids, started, JobStatus.CANCELLING, reason="cancel requested", actor=actor

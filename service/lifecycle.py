@@ -25,6 +25,8 @@ from service.tenancy import usage
 S = JobStatus
 C = FailureCause
 LEGAL: dict[JobStatus, set[JobStatus]] = {
+    # Waits for its dependencies (service/pipelines/): queued once they ended as asked, else stopped.
+    S.WAITING: {S.QUEUED, S.CANCELLED, S.FAILED},
     S.QUEUED: {S.STARTING, S.CANCELLED, S.FAILED},
     S.STARTING: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
     S.RUNNING: {S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED, S.PREEMPTED},
@@ -32,8 +34,8 @@ LEGAL: dict[JobStatus, set[JobStatus]] = {
     S.PREEMPTED: {S.QUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED},
     S.CANCELLING: {S.CANCELLED, S.SUCCEEDED, S.FAILED},
     S.SUCCEEDED: set(),
-    S.FAILED: {S.QUEUED},  # resume: a new attempt from the last checkpoint
-    S.CANCELLED: {S.QUEUED},
+    S.FAILED: {S.QUEUED, S.WAITING},  # resume: a new attempt from the last checkpoint (a step: after its own)
+    S.CANCELLED: {S.QUEUED, S.WAITING},
 }
 
 # Where an attempt runs (and its usage is counted): leaving them ends its count.
@@ -157,6 +159,8 @@ def _values(
     if target == S.QUEUED:
         values.update(queued_at=now, finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
         values["start_phases"] = phases.fresh(now.timestamp())  # a new attempt's phases count from here
+    if target == S.WAITING:  # a resumed step waits for its own again
+        values.update(finished_at=None, failure_cause=None, error=None, attempt_started_at=None)
     if target.is_terminal():
         values["finished_at"] = now
     if target == S.FAILED:

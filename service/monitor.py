@@ -34,6 +34,7 @@ from service.db.leases import Fence, LeaseLost
 from service.db.models import JobRow, aware, utcnow
 from service.events import logs
 from service.events.log_tails import LogTails
+from service.pipelines.release import Release
 from service.scheduling.preemption import Preemptions
 from service.scheduling.queue_keeper import QueueKeeper
 from service.settings import Settings
@@ -88,6 +89,7 @@ class Monitor:
         queue: QueueKeeper,
         preemptions: Preemptions,
         tails: LogTails,
+        release: Release | None = None,
     ):
         self.settings = settings
         self.sessions = sessions
@@ -106,6 +108,7 @@ class Monitor:
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="raydock-submit")
         self.queue = queue
         self.preemptions = preemptions
+        self.release = release  # queues (or stops) the jobs waiting for others: service/pipelines/
         self._outage = Outage()
 
     # ------------------------------------------------------------------ one pass
@@ -140,6 +143,13 @@ class Monitor:
                 self._outage.answered()
         except ClusterUnavailable as exc:
             self._outage.failed("cannot reconcile with Ray", exc)
+        if self.release is not None:  # a dependency that ended in this pass's follows queues its job now
+            try:
+                self.release.release(fence)
+            except LeaseLost:
+                raise
+            except Exception:  # noqa: BLE001 - the waiting jobs wait a pass longer; the queue goes on
+                log.exception("queueing the jobs that wait for others failed; tried again next pass")
         with self._submit_lock:
             starting = frozenset(self._submitting)  # before admission reads: each counts as held
         admitted = self.queue.admit(fence, starting)

@@ -32,6 +32,8 @@ from service.health import Health
 from service.job_reads import JobReads
 from service.jobs import JobCommands
 from service.monitor import ACCOUNT_EVERY_S, MIN_TICK_GAP_S, Monitor
+from service.pipelines.commands import Pipelines
+from service.pipelines.release import Release
 from service.retention import Policy, Retention
 from service.schedules.commands import Schedules
 from service.schedules.firing import Firing
@@ -66,6 +68,7 @@ class Runtime:
     leases: Leases  # which replica runs each unit (service/db/leases.py)
     health: Health  # what GET /healthz says of this replica (service/health.py)
     schedules: Schedules  # cron schedules that submit jobs (service/schedules/); their unit is ``units``'
+    pipelines: Pipelines  # jobs that run after others, as one graph (service/pipelines/)
     head: LocalHead | None = None  # the local Ray head this server started; None: RAY_ADDRESS
 
 
@@ -122,6 +125,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         ),
         preemptions=Preemptions(sessions, storage_path, settings.scheduling.preemption_grace_s),
         tails=LogTails(backend, ingest),
+        release=Release(sessions, reads),
     )
     policy = Policy.from_settings(settings)  # the event log's retention is always set: there is always a sweep
     retention = Retention(
@@ -153,6 +157,7 @@ def compose(settings: Settings, sessions: sessionmaker, backend: RayBackend, hea
         leases,
         Health(sessions.kw["bind"], backend, runner),
         schedules,
+        Pipelines(sessions, jobs, settings.scheduling),
     )
     return Runtime(settings, sessions, backend, *parts, head)  # in the order of Runtime's fields
 

@@ -14,7 +14,6 @@ that forgot its project filter fails here."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 
 import pytest
@@ -24,14 +23,14 @@ from api.client import Client
 from api.errors import QuotaExceeded
 from bench.harness.identity_attacks import lifetime_days, mint, same_key_in_two_projects, scrape
 from bench.harness.specs import digits_spec
-from bench.harness.tenancy_world import IDENTITIES, World, schedule_body
+from bench.harness.tenancy_world import IDENTITIES, World
 from service.db.models import utcnow
 from service.db.tenancy_models import JobUsageRow
 from tests.support.cli_runner import cli as run_cli
 
 pytestmark = pytest.mark.slow  # starts a server (no Ray)
 
-HIDDEN_CODES = {"job_not_found", "project_not_found", "code_package_not_found", "schedule_not_found"}
+HIDDEN_CODES = {f"{what}_not_found" for what in ("job", "project", "code_package", "schedule", "pipeline")}
 ALPHA_READERS = {"owner", "mate", "viewer", "admin"}
 
 
@@ -107,58 +106,17 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/v1/schedules/{schedule_id}"): JOB_READ,
     ("PATCH", "/v1/schedules/{schedule_id}"): JOB_WRITE,
     ("DELETE", "/v1/schedules/{schedule_id}"): JOB_WRITE,
+    ("POST", "/v1/pipelines"): SUBMIT,
+    ("GET", "/v1/pipelines"): OPEN,  # only the caller's projects' (tests/test_pipelines_http.py)
+    ("GET", "/v1/pipelines/{pipeline_id}"): JOB_READ,
+    ("POST", "/v1/pipelines/{pipeline_id}/cancel"): JOB_WRITE,
+    ("POST", "/v1/pipelines/{pipeline_id}/resume"): JOB_WRITE,  # nothing to resume: 409, past the access check
 }
 
 
 @pytest.fixture(scope="module")
 def world(tenancy_world):
     return tenancy_world  # shared with tests/test_schedules_http.py (one server start)
-
-
-def request_for(world: World, method: str, path: str, who: str) -> tuple[str, dict]:
-    """The concrete URL and request options of a route for one caller."""
-    job = world.fresh_job() if method in ("POST", "DELETE") and "{job_id}" in path else world.job
-    name = "alpha" if path.startswith("/v1/projects/") else "owner"
-    values = {
-        "job_id": job,
-        "checkpoint_id": "0",
-        "trial_id": "t0",
-        "sha256": world.sha,
-        "subscription": f"{world.job}-0",
-        "name": name,
-        "user": "temp",
-        "token_id": "0",
-        "project": "alpha",
-        "schedule_id": world.fresh_schedule() if method != "GET" and "{schedule_id}" in path else world.schedule,
-    }
-    options: dict = {}
-    if (method, path) == ("DELETE", "/v1/users/{name}"):
-        values["name"] = f"gone-{who}"
-        with world.http("admin") as admin:
-            admin.post("/v1/users", json={"name": values["name"]}).raise_for_status()
-    if (method, path) == ("DELETE", "/v1/users/{name}/tokens/{token_id}"):
-        with world.http("admin") as admin:
-            made = admin.post("/v1/users/owner/tokens", json={"name": f"r-{who}"}).raise_for_status().json()
-        values["token_id"] = str(made["id"])
-    if path.startswith("/v1/code/"):
-        options["params"] = {"project": "alpha"}
-    if (method, path) == ("PUT", "/v1/code/{sha256}"):
-        options["content"] = world.code
-    bodies = {
-        ("POST", "/v1/jobs"): digits_spec(name="matrix", project="alpha"),
-        ("POST", "/v1/jobs:cancel"): {"ids": [world.fresh_job()]},
-        ("POST", "/v1/users"): {"name": f"new-{who}"},
-        ("POST", "/v1/users/{name}/tokens"): {"name": "matrix"},
-        ("POST", "/v1/projects"): {"name": f"new-{who}"},
-        ("PUT", "/v1/projects/{name}/members/{user}"): {"role": "member"},
-        ("PUT", "/v1/projects/{project}/quota"): {"max_queued": 1000},
-        ("POST", "/v1/schedules"): schedule_body(name=f"matrix-{who}"),
-        ("PATCH", "/v1/schedules/{schedule_id}"): {"paused": True},
-    }
-    if (method, path) in bodies:
-        options["json"] = bodies[(method, path)]
-    url = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
-    return url, options
 
 
 def outcome(status: int, code: str | None, path: str) -> str:
@@ -177,6 +135,7 @@ def test_every_route_answers_each_caller_as_the_matrix_says(world):
     with world.http("admin") as admin:
         document = admin.get("/openapi.json").raise_for_status().json()
         admin.post("/v1/users", json={"name": "temp"}).raise_for_status()
+    world.pipeline = world.pipeline or world.fresh_pipeline()
     routes = [(m.upper(), p) for p, ops in document["paths"].items() for m in ops]
     clients = {who: world.http(who) for who in IDENTITIES}  # one connection each, kept alive
     unknown = [r for r in routes if r not in EXPECTED]
@@ -184,7 +143,7 @@ def test_every_route_answers_each_caller_as_the_matrix_says(world):
     wrong = []
     for method, path in routes:
         for who in IDENTITIES:
-            url, options = request_for(world, method, path, who)
+            url, options = world.request_for(method, path, who)
             with clients[who].stream(method, url, **options) as r:
                 status = r.status_code
                 body = b"" if (path.endswith("/stream") and status == 200) or method == "HEAD" else r.read()

@@ -38,7 +38,8 @@ def main() -> int:
     events.emit(StartedEvent(type="started", seq=0))
     try:
         ray.init(address="auto", log_to_driver=True)
-        result = build_trainer(spec, launch.job_id, launch.storage_path, run_callbacks()).fit()
+        trainer = build_trainer(spec, launch.job_id, launch.storage_path, run_callbacks(), launch.init_checkpoint)
+        result = trainer.fit()
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
@@ -65,7 +66,7 @@ def run_local(spec: TrainSpec, launch) -> int:
         release.append(ray_compat.hold_like_a_train_run(f"raydock-{launch.job_id}", scaling_config(spec), num))
 
     try:
-        runner = RankRunner(spec, launch.job_id, launch.storage_path)
+        runner = RankRunner(spec, launch.job_id, launch.storage_path, launch.init_checkpoint)
         runner.after_start = after_fork
         result = runner.fit()
     except (KeyboardInterrupt, SystemExit):

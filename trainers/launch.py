@@ -53,6 +53,7 @@ class Launch:
     # The workers' resources the driver's Ray job holds: it runs them as local ranks (trainers.ranks).
     local_ranks: dict[str, float] | None = None
     trial_ranks: bool = False  # a search: its trials may run their workers as local ranks (tuning.trial_ranks)
+    init_checkpoint: str | None = None  # the checkpoint the run starts from (init_from), until it has its own
 
     @property
     def channel(self) -> EventsChannel:
@@ -117,6 +118,7 @@ def read_launch() -> Launch:
             submission_id=data.submission_id,
             local_ranks=data.local_ranks or None,
             trial_ranks=data.trial_ranks,
+            init_checkpoint=data.init_checkpoint,
         )
     spec = os.environ.get(SPEC_ENV)
     return Launch(

@@ -44,7 +44,7 @@ from trainers import events, phases, ray_compat
 from trainers.callbacks import ReportEvents
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, headline, readable
 from trainers.rank_worker import RankPlan, run_rank
-from trainers.trainer import checkpoint_config, loop_and_config
+from trainers.trainer import checkpoint_config, loop_and_config, starting_checkpoint
 
 POLL_S = 0.2  # how often a runner with a stop check looks at it
 
@@ -100,7 +100,7 @@ class RankRunner:
     # first); a runner that always starts them from a forkserver imports nothing for them.
     forks_from_here = True
 
-    def __init__(self, spec: TrainSpec, run_name: str, storage_path: str) -> None:
+    def __init__(self, spec: TrainSpec, run_name: str, storage_path: str, start: str | None = None) -> None:
         self.spec, self.run_name, self.storage_path = spec, run_name, storage_path
         self.storage = ray_compat.storage_context(storage_path, run_name)
         self.book = ray_compat.checkpoint_book(self.storage, checkpoint_config(spec))
@@ -110,9 +110,10 @@ class RankRunner:
         self.report_events: ReportEvents | None = None  # made once the ranks run: it may start a thread
         self.groups = 0
         self.after_start = None  # called once the first ranks are forked (the driver's set-up that starts threads)
-        # A search trial's runner (tuning.trial_ranks) sets these: its first checkpoint, its
-        # id, report-by-report acks, and a check, between messages, of whether to stop.
-        self.start_checkpoint = None
+        # The checkpoint the run starts from until it has one of its own: a job's init_from,
+        # or a search trial's (tuning.trial_ranks), which also sets its id, report-by-report
+        # acks, and a check, between messages, of whether to stop.
+        self.start_checkpoint = starting_checkpoint(start)
         self.trial_id = ""
         self.acks = False
         self.should_stop = None

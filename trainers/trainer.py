@@ -12,6 +12,8 @@ so the loops resume from ``ray.train.get_checkpoint()``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Callable
 
 import ray
@@ -127,14 +129,34 @@ def loop_and_config(spec: TrainSpec, data_meta: dict | None = None) -> tuple[Cal
     return builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta or {}}
 
 
-def build_trainer(spec: TrainSpec, run_name: str, storage_path: str, callbacks: list | None = None) -> TorchTrainer:
-    """The job's trainer; ``callbacks`` go to the Train controller (``trainers.callbacks``)."""
+def starting_checkpoint(uri: str | None) -> ray.train.Checkpoint | None:
+    """The checkpoint at ``uri`` (a path or an object store URI); None for none."""
+    return ray.train.Checkpoint(uri) if uri else None
+
+
+def start_from(loop: Callable, uri: str, config: dict) -> Any:
+    """A Train worker's entry for a job with ``init_from``: ``ray.train.get_checkpoint()``
+    returns the checkpoint at ``uri`` until the run has one of its own (a retried worker
+    group gets the run's latest), as a resumed job's would."""
+    from trainers.ray_compat import seed_checkpoint
+
+    seed_checkpoint(starting_checkpoint(uri))
+    return loop(config) if len(inspect.signature(loop).parameters) > 0 else loop()
+
+
+def build_trainer(
+    spec: TrainSpec, run_name: str, storage_path: str, callbacks: list | None = None, start: str | None = None
+) -> TorchTrainer:
+    """The job's trainer; ``callbacks`` go to the Train controller (``trainers.callbacks``);
+    ``start``: the checkpoint the run starts from (the job's init_from), if any."""
     datasets, data_meta, data_config = ({}, {}, None)
     if isinstance(spec.data, TabularData):
         datasets, data_meta = tabular_datasets(spec)
     elif spec.datasets:
         datasets, data_config = named_datasets(spec)
     loop, loop_config = loop_and_config(spec, data_meta)
+    if start:
+        loop = functools.partial(start_from, loop, start)
     return TorchTrainer(
         loop,
         train_loop_config=loop_config,

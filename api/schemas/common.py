@@ -69,6 +69,8 @@ class Strict(BaseModel):
 
 
 class JobStatus(str, enum.Enum):
+    # Runs after other jobs (``after``, a pipeline's steps): joins the queue once they ended as asked.
+    WAITING = "WAITING"
     QUEUED = "QUEUED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"

@@ -39,6 +39,9 @@ EventType = Literal[
     "schedule_deleted",
     "schedule_fired",
     "schedule_skipped",
+    "pipeline_submitted",
+    "pipeline_cancelled",
+    "pipeline_resumed",
 ]
 EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 PAYLOAD_VERSION = 1

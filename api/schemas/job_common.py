@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from api.schemas.common import NAME_RE, Labels, Strict
+from api.schemas.dependencies import DependencyList, InitFrom
 from api.schemas.eventlog import MAX_NOTIFY, NotifySpec
 from api.schemas.tracking import TrackingSpec
 
@@ -61,4 +62,11 @@ class JobCommon(Strict):
         default_factory=list,
         max_length=MAX_NOTIFY,
         description="Webhooks for this job's events (at most 5); each is signed with its own secret (GET /v1/jobs/{id}/webhooks).",
+    )
+    after: DependencyList = Field(default_factory=list)
+    init_from: InitFrom | None = Field(
+        default=None,
+        description="Start from a checkpoint of another job of the project (a training job: the one it starts "
+        "from, as a resumed job does; a search's id: its best trial's). Runs after that job as if named in "
+        "`after` with status SUCCEEDED, unless `after` names it otherwise.",
     )

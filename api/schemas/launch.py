@@ -41,6 +41,11 @@ class LaunchFile(BaseModel):
     events_token: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None, description="This attempt's events token."
     )
+    init_checkpoint: Uri | None = Field(
+        default=None,
+        description="The checkpoint the run starts from (the job's init_from, resolved by the server to one it "
+        "lists as complete for that job); the run's own checkpoints take over once it has one.",
+    )
     local_ranks: dict[str, float] | None = Field(
         default=None,
         description="The workers' resources the driver's Ray job holds: it forks the workers as local ranks "

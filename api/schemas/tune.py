@@ -198,6 +198,10 @@ class TuneSpec(JobCommon):
             problems.append(("base.tracking", FIXED_FIELDS["tracking"]))
         if self.base.project is not None:  # a trial cannot run in another project than its search
             problems.append(("base.project", FIXED_FIELDS["project"]))
+        if self.base.after or self.base.init_from is not None:  # the search waits and starts, not a trial
+            problems.append(("base.after", "a search's dependencies go on the search itself (after), not its base"))
+        if self.init_from is not None:
+            problems.append(("init_from", "a search cannot start from a checkpoint; give init_from to a training job"))
         if not self.search_space:
             return problems + [
                 (

@@ -9,6 +9,7 @@ server admin (its bootstrap token), no token, a revoked token and an expired one
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +37,7 @@ class World:
     token_ids: dict[str, int] = field(default_factory=dict)
     job: str = ""  # alpha's job, QUEUED, submitted by owner
     schedule: str = ""  # alpha's schedule, created by owner
+    pipeline: str = ""  # alpha's pipeline, made by the first test that needs one (fresh_pipeline)
     code: bytes = b""
     sha: str = ""
 
@@ -60,6 +62,58 @@ class World:
         with self.http(who) as http:
             return http.post("/v1/schedules", json=schedule_body(**overrides)).raise_for_status().json()["id"]
 
+    def fresh_pipeline(self, who: str = "owner") -> str:
+        """A two-step pipeline of alpha made over HTTP by ``who`` (its steps QUEUED and WAITING)."""
+        with self.http(who) as http:
+            return http.post("/v1/pipelines", json=pipeline_body()).raise_for_status().json()["id"]
+
+    def request_for(self, method: str, path: str, who: str) -> tuple[str, dict]:
+        """The concrete URL and request options of a route for one caller."""
+        job = self.fresh_job() if method in ("POST", "DELETE") and "{job_id}" in path else self.job
+        name = "alpha" if path.startswith("/v1/projects/") else "owner"
+        values = {
+            "job_id": job,
+            "checkpoint_id": "0",
+            "trial_id": "t0",
+            "sha256": self.sha,
+            "subscription": f"{self.job}-0",
+            "name": name,
+            "user": "temp",
+            "token_id": "0",
+            "project": "alpha",
+            "schedule_id": self.fresh_schedule() if method != "GET" and "{schedule_id}" in path else self.schedule,
+            "pipeline_id": self.fresh_pipeline() if method != "GET" and "{pipeline_id}" in path else self.pipeline,
+        }
+        options: dict = {}
+        if (method, path) == ("DELETE", "/v1/users/{name}"):
+            values["name"] = f"gone-{who}"
+            with self.http("admin") as admin:
+                admin.post("/v1/users", json={"name": values["name"]}).raise_for_status()
+        if (method, path) == ("DELETE", "/v1/users/{name}/tokens/{token_id}"):
+            with self.http("admin") as admin:
+                made = admin.post("/v1/users/owner/tokens", json={"name": f"r-{who}"}).raise_for_status().json()
+            values["token_id"] = str(made["id"])
+        if path.startswith("/v1/code/"):
+            options["params"] = {"project": "alpha"}
+        if (method, path) == ("PUT", "/v1/code/{sha256}"):
+            options["content"] = self.code
+        bodies = {
+            ("POST", "/v1/jobs"): digits_spec(name="matrix", project="alpha"),
+            ("POST", "/v1/jobs:cancel"): {"ids": [self.fresh_job()]},
+            ("POST", "/v1/users"): {"name": f"new-{who}"},
+            ("POST", "/v1/users/{name}/tokens"): {"name": "matrix"},
+            ("POST", "/v1/projects"): {"name": f"new-{who}"},
+            ("PUT", "/v1/projects/{name}/members/{user}"): {"role": "member"},
+            ("PUT", "/v1/projects/{project}/quota"): {"max_queued": 1000},
+            ("POST", "/v1/schedules"): schedule_body(name=f"matrix-{who}"),
+            ("PATCH", "/v1/schedules/{schedule_id}"): {"paused": True},
+            ("POST", "/v1/pipelines"): pipeline_body(name=f"matrix-{who}"),
+        }
+        if (method, path) in bodies:
+            options["json"] = bodies[(method, path)]
+        url = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
+        return url, options
+
     def stop(self) -> None:
         self.server.stop()
         self.service.sessions.kw["bind"].dispose()
@@ -68,6 +122,15 @@ class World:
 def schedule_body(**overrides) -> dict:
     """A schedule of alpha firing daily at 03:00 UTC."""
     return {"name": "nightly", "cron": "0 3 * * *", "project": "alpha", "job": digits_spec(name="nightly"), **overrides}
+
+
+def pipeline_body(**overrides) -> dict:
+    """A pipeline of alpha: a step and one after it."""
+    steps = [
+        {"name": "first", "job": digits_spec(name="first")},
+        {"name": "second", "job": digits_spec(name="second"), "after": [{"step": "first"}]},
+    ]
+    return {"name": "chain", "project": "alpha", "steps": steps, **overrides}
 
 
 def start_world(data_dir: Path, **env: str) -> World:

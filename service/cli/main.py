@@ -21,6 +21,7 @@ from service.cli.events import events  # noqa: F401  (registers `raydock events`
 from service.cli.format import num
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
+from service.cli.pipelines import pipeline_app  # noqa: F401  (registers `raydock pipeline`)
 from service.cli.quota import quota_app  # noqa: F401  (registers `raydock quota`)
 from service.cli.results import checkpoints, tensorboard, trials
 from service.cli.schedules import schedule_app  # noqa: F401  (registers `raydock schedule`)

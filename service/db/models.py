@@ -137,6 +137,10 @@ class JobRow(Base):
     # The latest attempt's start-up phases, {phase: Unix time}, from its queueing on
     # (service/stored/phases.py); GET /v1/jobs/{id} answers them as seconds after it.
     start_phases: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # A pipeline's step: its pipeline (service/pipelines/); and the checkpoint its init_from
+    # resolved to when its dependencies ended (one the server lists as complete for that job).
+    pipeline_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    init_checkpoint: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index("ix_jobs_created_id", "created_at", "id"),  # GET /v1/jobs, newest first (keyset)

@@ -37,6 +37,7 @@ from service.http.routes import (
     jobs,
     logs,
     metrics,
+    pipelines,
     projects,
     prometheus,
     quotas,
@@ -123,6 +124,7 @@ V1_ROUTES = (
     projects,
     quotas,
     schedules,
+    pipelines,
 )
 
 

@@ -33,6 +33,7 @@ from service.http.follow import Follow
 from service.http.shares import Shares
 from service.job_reads import JobReads
 from service.jobs import JobCommands
+from service.pipelines.commands import Pipelines
 from service.schedules.commands import Schedules
 from service.settings import Settings
 from service.tenancy.caller import Caller
@@ -99,6 +100,10 @@ async def schedules(request: Request) -> Schedules:
     return request.app.state.runtime.schedules
 
 
+async def pipelines(request: Request) -> Pipelines:
+    return request.app.state.runtime.pipelines
+
+
 AppSettings = Annotated[Settings, Depends(settings)]
 Jobs = Annotated[JobCommands, Depends(job_commands)]
 Reads = Annotated[JobReads, Depends(job_reads)]
@@ -113,6 +118,7 @@ ProjectsDep = Annotated[Projects, Depends(projects)]
 LeasesDep = Annotated[Leases, Depends(leases)]
 HealthDep = Annotated[Health, Depends(health)]
 SchedulesDep = Annotated[Schedules, Depends(schedules)]
+PipelinesDep = Annotated[Pipelines, Depends(pipelines)]
 
 JobIdPath = Annotated[str, Path(pattern=ID_PATTERN, description="The job id (as returned by POST /v1/jobs).")]
 TrialId = Annotated[

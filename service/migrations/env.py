@@ -8,6 +8,7 @@ from service.db import (  # noqa: F401  (their tables join Base's metadata)
     event_models,
     eventlog_models,
     lease_models,
+    pipeline_models,
     schedule_models,
     tenancy_models,
     tracking_models,

@@ -46,6 +46,13 @@ class SchedulingSettings(Section):
         default=100, ge=1, le=10_000, description="Schedules a project may hold; a create past it gets 429."
     )
 
+    max_pipeline_steps: int = Field(
+        default=32,
+        ge=1,
+        le=64,
+        description="Steps one pipeline may have (POST /v1/pipelines); more get 422 `too_many_steps`.",
+    )
+
     @field_validator("fair_share_half_life_s")
     @classmethod
     def _half_life(cls, v: float) -> float:

@@ -54,7 +54,7 @@ def _count(job_id: str, kind: str, current: JobStatus, target: JobStatus, cause,
             since = _admitted.pop(job_id, None)
         if since is not None:
             STARTUP.labels(kind).observe(now - since)
-    elif target == JobStatus.QUEUED and current in (JobStatus.FAILED, JobStatus.CANCELLED):
+    elif target in (JobStatus.QUEUED, JobStatus.WAITING) and current in (JobStatus.FAILED, JobStatus.CANCELLED):
         RETRIES.labels("resume").inc()
     if target.is_terminal():
         with _lock:

@@ -60,7 +60,8 @@ def check_queue_room(s: Session, project: str, default: QuotaSpec) -> None:
     spec, _ = quota_specs(s, [project], default)[project]
     if spec.max_queued is None:
         return
-    queued = s.scalar(select(func.count()).where(JobRow.status == QUEUED, JobRow.project == project))
+    waiting = JobRow.status.in_((QUEUED, JobStatus.WAITING.value))  # a WAITING job joins the queue later
+    queued = s.scalar(select(func.count()).where(waiting, JobRow.project == project))
     if queued + 1 > spec.max_queued:
         raise QuotaExceeded(
             f"project {project} uses {queued} of {spec.max_queued} queued jobs (quota max_queued). "
@@ -143,7 +144,8 @@ def public(s: Session, project: str, active: tuple[str, ...], default: QuotaSpec
     if load is None:  # nothing waiting or running: its usage alone
         load = ProjectLoad(project)
         load.cpu_seconds, load.gpu_seconds = decayed(s, project, utcnow(), half_life_s)
-    queued = s.scalar(select(func.count()).where(JobRow.status == QUEUED, JobRow.project == project))
+    waiting = JobRow.status.in_((QUEUED, JobStatus.WAITING.value))  # a WAITING job joins the queue later
+    queued = s.scalar(select(func.count()).where(waiting, JobRow.project == project))
     return QuotaPublic(
         **spec.model_dump(),
         project=project,

@@ -6,7 +6,7 @@ import { h, replace, badge, table, when, runtime, progress, labels, link, keepFo
 import { setTitle, handleError, setStatus } from "./frame.js";
 import { navigate, every } from "./router.js";
 
-const STATUSES = ["", "QUEUED", "STARTING", "RUNNING", "CANCELLING", "PREEMPTED", "SUCCEEDED", "FAILED", "CANCELLED"];
+const STATUSES = ["", "WAITING", "QUEUED", "STARTING", "RUNNING", "CANCELLING", "PREEMPTED", "SUCCEEDED", "FAILED", "CANCELLED"];
 const LIMIT = 50;
 const REFRESH_MS = 3000;
 

@@ -8,6 +8,7 @@ import { jobsPage } from "./jobs.js";
 import { jobPage } from "./job.js";
 import { clusterPage } from "./cluster.js";
 import { schedulesPage } from "./schedules.js";
+import { pipelinesPage, pipelinePage } from "./pipelines.js";
 
 const main = document.getElementById("main");
 const signout = document.getElementById("signout");
@@ -127,5 +128,7 @@ route("/jobs", page("jobs", jobsPage));
 route("/jobs/:id", page("jobs", jobPage));
 route("/cluster", page("cluster", clusterPage));
 route("/schedules", page("schedules", schedulesPage));
+route("/pipelines", page("pipelines", pipelinesPage));
+route("/pipelines/:id", page("pipelines", pipelinePage));
 route("/.*", page(null, notFound));
 start();
