@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import statistics
 import sys
 import tempfile
@@ -147,18 +148,20 @@ def by_hand_args(task: str, spec: dict[str, Any], storage: str) -> list[str]:
 def run_search(http: httpx.Client, spec: dict[str, Any], timeout: float, poll_s: float = 0.1) -> SearchRun:
     t0 = time.perf_counter()
     job_id = http.post("/v1/jobs", json=spec).raise_for_status().json()["id"]
-    first = None
+    first, status = None, "QUEUED"
     deadline = time.monotonic() + timeout
-    while True:
-        if first is None and any(t["reports"] for t in http.get(f"/v1/jobs/{job_id}/trials").json()):
-            first = time.perf_counter() - t0
-        status = http.get(f"/v1/jobs/{job_id}").json()["status"]
-        if status in TERMINAL:
-            break
-        if time.monotonic() > deadline:
+    try:
+        while status not in TERMINAL:
+            if first is None and any(t["reports"] for t in http.get(f"/v1/jobs/{job_id}/trials").json()):
+                first = time.perf_counter() - t0
+            status = http.get(f"/v1/jobs/{job_id}").json()["status"]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"search {job_id} still {status} after {timeout:g}s")
+            if status not in TERMINAL:
+                time.sleep(poll_s if first is None else 0.25)  # the end needs no finer grain
+    finally:
+        if status not in TERMINAL:  # a timeout or an interrupt: the cluster is left free
             http.post(f"/v1/jobs/{job_id}/cancel")
-            raise RuntimeError(f"search {job_id} still {status} after {timeout:g}s; cancelled")
-        time.sleep(poll_s if first is None else 0.25)  # the end needs no finer grain
     wall = time.perf_counter() - t0
     return SearchRun(job_id, status, first, wall, http.get(f"/v1/jobs/{job_id}/trials").json())
 
@@ -173,11 +176,16 @@ def run_by_hand(dashboard_url: str, args: list[str], timeout: float) -> tuple[fl
     submitted = time.time()
     job = client.submit_job(entrypoint=entrypoint, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     deadline = time.monotonic() + timeout
-    while (status := client.get_job_status(job)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-        if time.monotonic() > deadline:
+    ended = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+    status = None
+    try:
+        while (status := client.get_job_status(job)) not in ended:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hand-written search still {status} after {timeout:g}s")
+            time.sleep(0.1)
+    finally:
+        if status not in ended:
             client.stop_job(job)
-            raise RuntimeError(f"the hand-written search still {status} after {timeout:g}s; stopped")
-        time.sleep(0.1)
     wall = time.perf_counter() - t0
     logs = client.get_job_logs(job)
     line = next((x for x in reversed(logs.splitlines()) if x.startswith("pbt_by_hand: ")), None)
@@ -251,7 +259,8 @@ def search_figures(task: str, run: SearchRun, hand_wall: float, hand: dict[str, 
 def trial_epochs(gcs_address: str | None, seeds: int, storage: Path) -> dict[str, Any]:
     """``bench.pbt_vs_random`` on the noisy quadratic: its sweep's target, then random
     search and PBT for ``seeds`` seeds, on Tune directly (a private head without one)."""
-    ray = pbt_vs_random.ray
+    import ray  # after bench.pbt_vs_random, which sets what Ray reads at its import
+
     task = TASKS["nqm"]
     target = pbt_vs_random.nqm_target()
     head = None
@@ -314,37 +323,36 @@ def main() -> int:
     print(__doc__.strip().split("\n\n")[-1] + "\n", flush=True)  # what the hand-written search does differently
     ROWS.clear()
     print("what | figure | bound | ok/FAIL")
+    # A SIGTERM (a timeout) still stops the server and the head below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="raydock-pbt-warm-") as tmp_name:
         tmp = Path(tmp_name)
         head = None
         dashboard, gcs = args.ray_address, args.gcs_address
-        if dashboard is None:
-            head = start_head(tmp / "ray", num_cpus=args.cpus)
-            dashboard, gcs = head.dashboard_url, head.gcs_address
-        server = ServerProcess(tmp / "server", dashboard)
         try:
-            http = httpx.Client(base_url=server.start().url, timeout=30)
-            if not args.no_warm_up:
-                warm_up = specs["nqm"] if args.quick else specs["digits"]
-                done = run_search(http, {**warm_up, "name": "pbt-warm-warm-up"}, args.timeout)
-                print(f"  warm-up search ({warm_up['name']}): {done.status} in {done.wall_s:.0f} s", flush=True)
-                report["warm_up_s"] = done.wall_s
-            for task in args.tasks:
-                run = run_search(http, specs[task], args.timeout)
-                hand_wall, hand = run_by_hand(
-                    dashboard, by_hand_args(task, specs[task], str(tmp / "by-hand")), args.timeout
-                )
-                report[task] = search_figures(task, run, hand_wall, hand)
-        finally:
-            server.stop()
-            if head is not None and args.no_epochs:
-                head.stop()
-        if not args.no_epochs:
+            if dashboard is None:
+                head = start_head(tmp / "ray", num_cpus=args.cpus)
+                dashboard, gcs = head.dashboard_url, head.gcs_address
+            server = ServerProcess(tmp / "server", dashboard)
             try:
-                report["nqm_trial_epochs"] = trial_epochs(gcs, args.seeds, tmp)
+                http = httpx.Client(base_url=server.start().url, timeout=30)
+                if not args.no_warm_up:
+                    warm_up = specs["nqm"] if args.quick else specs["digits"]
+                    done = run_search(http, {**warm_up, "name": "pbt-warm-warm-up"}, args.timeout)
+                    print(f"  warm-up search ({warm_up['name']}): {done.status} in {done.wall_s:.0f} s", flush=True)
+                    report["warm_up_s"] = done.wall_s
+                for task in args.tasks:
+                    run = run_search(http, specs[task], args.timeout)
+                    hand_args = by_hand_args(task, specs[task], str(tmp / "by-hand"))
+                    hand_wall, hand = run_by_hand(dashboard, hand_args, args.timeout)
+                    report[task] = search_figures(task, run, hand_wall, hand)
             finally:
-                if head is not None:
-                    head.stop()
+                server.stop()
+            if not args.no_epochs:
+                report["nqm_trial_epochs"] = trial_epochs(gcs, args.seeds, tmp)
+        finally:
+            if head is not None:
+                head.stop()
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps(report, default=str))
     return sum(1 for *_, ok in ROWS if not ok)
