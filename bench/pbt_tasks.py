@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 from ray import tune
 
-from api.schemas import OptimizerSpec, TuneSpec
+from api.schemas import OptimizerSpec, TrainSpec, TuneSpec
 from trainers.data.tabular import batches, load_arrays
 from trainers.models import build_model
 from trainers.skeleton import build_optimizer, set_hyperparameters
@@ -162,17 +162,26 @@ def momentum_norm(opt: torch.optim.Optimizer) -> float:
 def train_nqm(config: dict, *, spec: dict, population=None) -> None:
     search = TuneSpec.model_validate(spec)
     trial = search.trial_spec(config)
-    values = nqm_optimizer(float(trial.config["lr"]))
+    run_nqm(float(trial.config["lr"]), search.seed, aligner(search, population, NQM.epochs))
+
+
+def nqm_function(config: dict) -> None:
+    """The same trial as a plain Ray Tune function trainable (``config``: ``lr``, ``seed``),
+    the function ``bench.pbt_warm`` searches through raydock and with Tune by hand."""
+    run_nqm(float(config["lr"]), int(config.get("seed", 0)))
+
+
+def run_nqm(lr: float, seed: int | None, align: Alignment | None = None) -> None:
+    values = nqm_optimizer(lr)
     torch.set_num_threads(1)
     model = Quadratic()
     opt = build_optimizer(values, model.parameters())
     epoch = restore(model, opt, values)
     # The first report says what the restore carried: a clone's momentum is its donor's.
     carried = {"restored_momentum": momentum_norm(opt), "restored_loss": model.loss()} if epoch else {}
-    align = aligner(search, population, NQM.epochs)
     trial_id = tune.get_context().get_trial_id()
     while epoch < NQM.epochs:
-        nqm_epoch(model, opt, torch.Generator().manual_seed(stable_seed(search.seed, trial_id, epoch)))
+        nqm_epoch(model, opt, torch.Generator().manual_seed(stable_seed(seed, trial_id, epoch)))
         epoch += 1
         report(model, opt, epoch, {"loss": model.loss(), **carried})
         carried = {}
@@ -297,15 +306,25 @@ TRIANGLE = Task(
 def train_digits(config: dict, *, spec: dict, population=None) -> None:
     """One trial: the built-in model and optimizer of trainers.skeleton, trained in this process."""
     search = TuneSpec.model_validate(spec)
-    trial = search.trial_spec(config)
+    run_digits(search.trial_spec(config), DIGITS.epochs, aligner(search, population, DIGITS.epochs))
+
+
+def digits_function(config: dict) -> None:
+    """The same trial as a plain Ray Tune function trainable: ``config`` holds a built-in
+    training spec (``base``), the searched ``lr`` put into its optimizer, and ``epochs``."""
+    base = dict(config["base"])
+    base["optimizer"] = {**base.get("optimizer", {}), "lr": float(config["lr"])}
+    run_digits(TrainSpec.model_validate(base), int(config["epochs"]))
+
+
+def run_digits(trial: TrainSpec, epochs: int, align: Alignment | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(trial.seed)
     data = load_arrays(trial.data, trial.seed)
     model = build_model(trial.model, data.n_features, data.n_classes)
     opt = build_optimizer(trial.optimizer, model.parameters())
     epoch = restore(model, opt, trial.optimizer)
-    align = aligner(search, population, DIGITS.epochs)
-    while epoch < DIGITS.epochs:
+    while epoch < epochs:
         g = torch.Generator().manual_seed(trial.seed * 100_003 + epoch)
         for x, y in batches(data.x_train, data.y_train, trial.batch_size, g):
             opt.zero_grad(set_to_none=True)
