@@ -38,6 +38,7 @@ def run_tiny(client: Client, name: str) -> None:
     assert job.status.value == "SUCCEEDED", job.info.error
 
 
+@pytest.mark.long  # a server of its own and two jobs: opt-in, for the default suite's time
 def test_a_second_job_reads_its_dataset_from_the_node_cache(cache_server, tab):  # noqa: F811
     server, cache = cache_server
     with Client(server.url) as client:

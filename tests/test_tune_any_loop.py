@@ -56,6 +56,7 @@ def check_linear_search(job, reports: int) -> list:
     return trials
 
 
+@pytest.mark.long  # PBT over the built-in loops stays in the default suite (tests/test_dashboard.py, tests/test_warm_trials.py)
 def test_pbt_over_rays_example_loop_without_a_budget(client: Client):
     # No perturbation point inside the 3-report loop: no clone restarts its Train run
     # (the opt-in test below clones).
