@@ -205,6 +205,7 @@ def test_a_search_names_its_project_on_the_search_not_on_its_base():
 
 
 @pytest.mark.slow  # seconds: every migration, on both databases
+@pytest.mark.empty_database  # it migrates up from 0013 itself
 def test_the_identity_migration_scopes_keys_by_project_and_keeps_local_mode_ended(database_url):
     from alembic import command
     from alembic.config import Config
