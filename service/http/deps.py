@@ -18,7 +18,7 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import sessionmaker
 
-from api.errors import Forbidden, Unauthorized, admin_only, job_not_found
+from api.errors import Unauthorized, admin_only, job_not_found
 from api.schemas import INT64_MAX
 from service.cluster.ray_backend import RayBackend
 from service.code.packages import CodeStore
@@ -188,11 +188,7 @@ async def writable_job(reads: Reads, caller: CurrentCaller, job_id: JobIdPath) -
     project = await reads.loop.project(job_id)
     if project is None or not caller.can_read(project):
         raise job_not_found(job_id)
-    if not caller.can_write(project):
-        raise Forbidden(
-            f"You are a viewer in project {project!r}: you may read its jobs, not change them.",
-            code="forbidden_role",
-        )
+    caller.require_write(project, "jobs")
     return job_id
 
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Conflict, Forbidden, InvalidSpec, NotFound
+from api.errors import Conflict, InvalidSpec, NotFound
 from api.schemas import CancelledJobs, JobPublic, JobSpec, JobStatus, parse_job_spec
 from api.schemas.dependencies import After, InitFrom
 from api.schemas.pipelines import (
@@ -238,9 +238,5 @@ class Pipelines:
 
     def _writable(self, s: Session, pipeline_id: str, caller: Caller) -> PipelineRow:
         row = self._readable(s, pipeline_id, caller)
-        if not caller.can_write(row.project):
-            raise Forbidden(
-                f"You are a viewer in project {row.project!r}: you may read its pipelines, not change them.",
-                code="forbidden_role",
-            )
+        caller.require_write(row.project, "pipelines")
         return row

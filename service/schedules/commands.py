@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.errors import Forbidden, NotFound, QuotaExceeded
+from api.errors import NotFound, QuotaExceeded
 from api.schemas import JobPublic, JobSpec
 from api.schemas.schedules import ScheduleList, SchedulePublic, ScheduleSpec
 from service.db.models import utcnow
@@ -154,9 +154,5 @@ class Schedules:
 
     def _writable(self, s: Session, schedule_id: str, caller: Caller) -> ScheduleRow:
         row = self._readable(s, schedule_id, caller)
-        if not caller.can_write(row.project):
-            raise Forbidden(
-                f"You are a viewer in project {row.project!r}: you may read its schedules, not change them.",
-                code="forbidden_role",
-            )
+        caller.require_write(row.project, "schedules")
         return row

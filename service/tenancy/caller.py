@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import or_, select
 from sqlalchemy.orm import sessionmaker
 
+from api.errors import Forbidden
 from api.schemas.tenancy import DEFAULT_PROJECT, Me, Membership
 from service.db.models import utcnow
 from service.db.tenancy_models import ApiTokenRow, MembershipRow, UserRow
@@ -35,6 +36,15 @@ class Caller:
     def can_write(self, project: str) -> bool:
         """Submit, cancel, resume, delete, upload code: a member or a project admin."""
         return self.admin or self.roles.get(project) in WRITERS
+
+    def require_write(self, project: str, records: str) -> None:
+        """Raise 403 ``forbidden_role`` unless the caller may change ``project``'s
+        ``records`` (jobs, schedules, pipelines): a viewer reads them, nothing more."""
+        if not self.can_write(project):
+            raise Forbidden(
+                f"You are a viewer in project {project!r}: you may read its {records}, not change them.",
+                code="forbidden_role",
+            )
 
     def can_manage(self, project: str) -> bool:
         """Add and remove members: a project admin."""
