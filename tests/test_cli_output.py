@@ -259,6 +259,17 @@ def test_wrong_or_missing_token_is_two_lines_from_the_real_entrypoint(tmp_path):
             timeout=120,
         )
         missing = cli("list", url=server.url)
+        # Every command that calls the server tells a refusal the same way.
+        others = {
+            args: cli(*args, url=server.url, token="nope")
+            for args in (
+                ("pipeline", "list"),
+                ("pipeline", "status", "p1"),
+                ("schedule", "list"),
+                ("quota", "show", "default"),
+                ("events", "j1"),
+            )
+        }
         dashboard = cli("ui", url=server.url, token=TOKEN)
     finally:
         server.stop()
@@ -267,6 +278,8 @@ def test_wrong_or_missing_token_is_two_lines_from_the_real_entrypoint(tmp_path):
         f"error: The server at {server.url} refused the API token (401).",
         "Set --token or RAYDOCK_API_TOKEN to a live token (raydock token create).",
     ]
+    for args, out in others.items():
+        assert (out.exit_code, out.stderr.splitlines()) == (1, wrong.stderr.splitlines()), args
     assert missing.exit_code == 1 and len(missing.stderr.splitlines()) == 2
     assert missing.stderr.startswith(f"error: The server at {server.url} needs an API token (401).")
     assert dashboard.exit_code == 0 and dashboard.stdout == server.url + "/\n"  # the token never in the URL

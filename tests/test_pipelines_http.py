@@ -71,7 +71,9 @@ def test_the_sdk_and_cli_submit_read_and_cancel_a_pipeline(world, tmp_path):
     spec_file.write_text(yaml.safe_dump(cyclic))
     refused = cli(world.url, owner, "pipeline", "submit", str(spec_file))
     assert (
-        refused.exit_code == 1 and "pipeline_cycle" in refused.output and "pre -> eval -> fine -> pre" in refused.output
+        refused.exit_code == 2
+        and "[pipeline_cycle]" in refused.output
+        and "pre -> eval -> fine -> pre" in refused.output
     )
 
 

@@ -9,9 +9,8 @@ import typer
 from rich.table import Table
 
 from api.client import Client
-from api.errors import RaydockError
 from api.schemas.eventlog import EventPublic
-from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
+from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console
 
 
 @app.command()
@@ -27,10 +26,7 @@ def events(
     """Show a job's event log: submitted, each status change with its reason, checkpoints,
     cancels and resumes with who made them."""
     with client_for(url, token) as client:
-        try:
-            found = _events(client, job_id, type)  # a deleted job's events too: they outlive it
-        except RaydockError as exc:
-            fail(exc.message)
+        found = _events(client, job_id, type)  # a deleted job's events too: they outlive it
     if as_json:
         for e in found:
             console.print_json(e.model_dump_json())

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
-from api.errors import RaydockError
 from api.schemas.pipelines import PipelinePublic, PipelineSpec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
 
@@ -38,10 +37,7 @@ def submit(
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:10]]
         fail(f"{spec_file} is not a valid pipeline:\n" + "\n".join(lines), code=2)
     with client_for(url, token) as client:
-        try:
-            made = client.submit_pipeline(spec, base_dir=spec_file.parent)
-        except RaydockError as exc:
-            fail(f"{exc.code}: {exc.message}")
+        made = client.submit_pipeline(spec, base_dir=spec_file.parent)
     console.print(made.id)
     console.print(steps_table(made))
 
@@ -55,10 +51,7 @@ def status(
 ) -> None:
     """The pipeline's status and each step's, with what it runs after."""
     with client_for(url, token) as client:
-        try:
-            p = client.pipeline(pipeline_id)
-        except RaydockError as exc:
-            fail(exc.message)
+        p = client.pipeline(pipeline_id)
     if as_json:
         console.print_json(data=p.model_dump(mode="json"))
         return
@@ -70,10 +63,7 @@ def status(
 def list_pipelines(url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """The pipelines of your projects, newest first."""
     with client_for(url, token) as client:
-        try:
-            items = client.pipelines()
-        except RaydockError as exc:
-            fail(exc.message)
+        items = client.pipelines()
     if not items:
         console.print("no pipelines yet: submit one with `raydock pipeline submit FILE`")
         return
@@ -100,10 +90,7 @@ def steps_table(p: PipelinePublic) -> Table:
 
 def _act(action: str, pipeline_id: str, url: str, token: str | None) -> None:
     with client_for(url, token) as client:
-        try:
-            done = client.cancel_pipeline(pipeline_id) if action == "cancel" else client.resume_pipeline(pipeline_id)
-        except RaydockError as exc:
-            fail(exc.message)
+        done = client.cancel_pipeline(pipeline_id) if action == "cancel" else client.resume_pipeline(pipeline_id)
     console.print(f"{done.id}: {done.status.value}")
     console.print(steps_table(done))
 

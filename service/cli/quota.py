@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from api.errors import RaydockError
 from api.schemas import QuotaSpec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
 
@@ -40,20 +39,14 @@ def set_quota(
     except ValidationError as exc:
         fail(str(exc))
     with client_for(url, token) as client:
-        try:
-            _print(client.set_quota(project, spec))
-        except RaydockError as exc:
-            fail(exc.message)
+        _print(client.set_quota(project, spec))
 
 
 @quota_app.command("show")
 def show_quota(project: str, url: UrlOpt = DEFAULT_URL, token: TokenOpt = None) -> None:
     """Show PROJECT's quota, what it holds now and its decayed recent usage."""
     with client_for(url, token) as client:
-        try:
-            _print(client.quota(project))
-        except RaydockError as exc:
-            fail(exc.message)
+        _print(client.quota(project))
 
 
 def _limit(v) -> str:

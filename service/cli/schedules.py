@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
-from api.errors import RaydockError
 from api.schemas.schedules import SchedulePublic, ScheduleSpec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, fail
 
@@ -51,10 +50,7 @@ def create(
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         fail(f"{spec_file} is not a valid schedule:\n" + "\n".join(lines), code=2)
     with client_for(url, token) as client:
-        try:
-            made = client.create_schedule(spec, base_dir=spec_file.parent)
-        except RaydockError as exc:
-            fail(exc.message)
+        made = client.create_schedule(spec, base_dir=spec_file.parent)
     console.print(made.id)
     console.print("next: " + ", ".join(t.isoformat() for t in made.next_runs), style="dim")
 
@@ -67,10 +63,7 @@ def list_schedules(
 ) -> None:
     """The schedules of your projects, with each one's next firing and what its last tick did."""
     with client_for(url, token) as client:
-        try:
-            items = client.schedules()
-        except RaydockError as exc:
-            fail(exc.message)
+        items = client.schedules()
     if as_json:
         console.print_json(data=[s.model_dump(mode="json") for s in items])
         return
@@ -93,14 +86,11 @@ def table(items: list[SchedulePublic]) -> Table:
 
 def _act(action: str, schedule_id: str, url: str, token: str | None) -> None:
     with client_for(url, token) as client:
-        try:
-            if action == "delete":
-                client.delete_schedule(schedule_id)
-                console.print(f"{schedule_id} deleted (the jobs it submitted stay)")
-                return
-            done = client.pause_schedule(schedule_id) if action == "pause" else client.resume_schedule(schedule_id)
-        except RaydockError as exc:
-            fail(exc.message)
+        if action == "delete":
+            client.delete_schedule(schedule_id)
+            console.print(f"{schedule_id} deleted (the jobs it submitted stay)")
+            return
+        done = client.pause_schedule(schedule_id) if action == "pause" else client.resume_schedule(schedule_id)
     console.print(f"{done.id} {'paused' if done.paused else 'resumed: next ' + done.next_runs[0].isoformat()}")
 
 
