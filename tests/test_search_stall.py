@@ -1,0 +1,126 @@
+"""A search that stops making progress: Tune's synchronous PBT once left a population
+waiting at a perturbation point for ever when one trial ended short of it (the noisy
+quadratic's stalled search), and the stall guard ends any search in which nothing runs
+while something could (``tuning.stall``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.client import Client
+from tests.support.specs import search, user_spec
+from tuning.stall import StallWatch, fits, stall_limit_s, stall_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _watch(states, room=True, limit=10.0):
+    watch = StallWatch(limit)
+    return [watch.check(states, lambda: room, now) for now in (0.0, 5.0, 10.0)]
+
+
+def test_the_guard_names_every_trial_and_its_state_once_nothing_ran_for_its_time():
+    waiting = [("t1", "PAUSED"), ("t2", "PAUSED"), ("t3", "PAUSED"), ("t4", "TERMINATED")]
+    assert _watch(waiting) == [
+        None,
+        None,
+        "search made no progress for 10 s: trials t1, t2, t3 PAUSED, t4 TERMINATED; no trial running",
+    ]
+    assert _watch([("a", "PENDING"), ("b", "PAUSED")])[-1].startswith("search made no progress for 10 s")
+
+
+@pytest.mark.parametrize(
+    "states, room",
+    [
+        ([("t1", "PAUSED"), ("t2", "RUNNING")], True),  # a trial in a long epoch is progress
+        ([("t1", "PENDING"), ("t2", "PAUSED")], False),  # the cluster is busy with others: waiting, not stalled
+        ([("t1", "TERMINATED"), ("t2", "ERROR")], True),  # the search is over
+    ],
+)
+def test_the_guard_leaves_a_search_that_runs_waits_for_the_cluster_or_ended(states, room):
+    assert _watch(states, room) == [None, None, None]
+
+
+def test_the_guard_counts_from_the_last_time_nothing_ran():
+    watch = StallWatch(10.0)
+    paused = [("t1", "PAUSED")]
+    assert watch.check(paused, lambda: True, 0.0) is None
+    assert watch.check([("t1", "RUNNING")], lambda: True, 8.0) is None
+    assert watch.check(paused, lambda: True, 12.0) is None  # 4 s of waiting, not 12
+    assert watch.check(paused, lambda: True, 22.0) is not None
+    assert stall_reason(paused, 3.4) == "search made no progress for 3 s: trials t1 PAUSED; no trial running"
+
+
+def test_the_guard_time_is_the_searchs_own_else_the_servers(monkeypatch):
+    monkeypatch.setenv("RAYDOCK_SEARCH_STALL_S", "30")
+    assert stall_limit_s(5.0) == 5.0 and stall_limit_s(None) == 30.0
+    monkeypatch.delenv("RAYDOCK_SEARCH_STALL_S")
+    assert stall_limit_s(None) == 120.0
+    assert fits({"CPU": 0.5, "GPU": 0}, {"CPU": 0.5}) and not fits({"CPU": 1, "X": 1}, {"CPU": 2})
+
+
+def early_end_search(marks: Path) -> dict:
+    base = user_spec("userpkg.tune_sync:early_end", config={"lr": 0.1, "dir": str(marks), "interval": 3, "trials": 3})
+    base["scaling"] = {"cpus_per_worker": 0.25}
+    spec = search(
+        base=base,
+        trainable="function",
+        search_space={"config.lr": {"type": "loguniform", "low": 0.01, "high": 0.4}},
+        algorithm="pbt",
+        pbt={"perturbation_interval": 3, "quantile_fraction": 0.5},
+        metric="loss",
+        mode="min",
+        num_trials=3,
+        budget={"reports": 6},
+        stall_timeout_s=60,
+    )
+    spec.pop("driver_cpus_per_trial")
+    return spec
+
+
+def test_a_trial_that_ends_short_of_the_synchronous_perturbation_point_leaves_no_one_waiting(client: Client, tmp_path):
+    # One trial returns after 2 reports, once the other two wait at the perturbation point
+    # (3): Tune's synchronous PBT perturbs only on a report there, so they waited for ever.
+    job = client.submit(early_end_search(tmp_path))
+    try:
+        job.wait(timeout=240)
+    finally:
+        if not job.refresh().status.is_terminal():
+            job.cancel()  # the old stall: nothing else on the session cluster waits behind it
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert {t.status for t in trials} == {"TERMINATED"}
+    assert sorted(t.reports for t in trials)[0] == 2  # the one that ended early
+    assert all(t.reports >= 6 for t in sorted(trials, key=lambda t: t.reports)[1:]), [t.reports for t in trials]
+    assert job.lineage(), "the two that waited were not perturbed at the point they met"
+
+
+def run_stall_search(ray_head, mode: str, limit: float) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.stall_search", ray_head.gcs_address, mode, str(limit)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("STALL_SEARCH ")]
+    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("STALL_SEARCH "))
+
+
+def test_a_search_whose_trials_all_wait_with_room_to_run_ends_naming_them(ray_head):
+    out = run_stall_search(ray_head, "stalls", 3)
+    assert out["outcome"] == "stalled", out
+    assert out["reason"].startswith("search made no progress for 3 s: trials ")
+    assert out["reason"].endswith(" PAUSED; no trial running") and out["reason"].count("_0000") == 2
+    assert out["after_last_report_s"] >= 3  # the guard waited its time from the last report
+
+
+def test_a_search_whose_steps_outlast_the_guard_is_untouched(ray_head):
+    out = run_stall_search(ray_head, "healthy", 1.5)
+    assert out == {**out, "outcome": "finished", "steps": [2, 2]}
