@@ -6,13 +6,14 @@ while something could (``tuning.stall``)."""
 from __future__ import annotations
 
 import json
-import subprocess
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
 from api.client import Client
+from bench.harness.waiting import wait_for
 from tests.support.specs import search, user_spec
 from tuning.stall import StallWatch, fits, stall_limit_s, stall_reason
 
@@ -97,15 +98,17 @@ def test_a_trial_that_ends_short_of_the_synchronous_perturbation_point_leaves_no
 
 
 def run_stall_search(ray_head, mode: str, limit: float) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.stall_search", ray_head.gcs_address, mode, str(limit)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("STALL_SEARCH ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
+    """``tests/support/stall_search.py`` as a Ray job of the session's cluster."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    jobs = JobSubmissionClient(ray_head.dashboard_url, headers=ray_head.headers)
+    entrypoint = shlex.join([sys.executable, "-m", "tests.support.stall_search", mode, str(limit)])
+    job = jobs.submit_job(entrypoint=entrypoint, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ended = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+    wait_for(lambda: jobs.get_job_status(job) in ended, 240, f"the {mode} search to end")
+    logs = jobs.get_job_logs(job)
+    lines = [line for line in logs.splitlines() if line.startswith("STALL_SEARCH ")]
+    assert lines, logs[-3000:]
     return json.loads(lines[-1].removeprefix("STALL_SEARCH "))
 
 

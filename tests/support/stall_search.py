@@ -1,5 +1,5 @@
-"""A tiny Tune search on the cluster at ``argv[1]`` with the search driver's stall guard
-(``tuning.stall.StallGuard``, limit ``argv[3]`` seconds), in a process of its own:
+"""A tiny Tune search, run as a Ray job, with the search driver's stall guard
+(``tuning.stall.StallGuard``, limit ``argv[2]`` seconds), mode ``argv[1]``:
 ``stalls`` runs two trials under a scheduler that pauses every trial at its first report
 and never starts a paused one (nothing runs, the cluster has room); ``healthy`` runs two
 trials whose every step takes longer than the limit. Prints one JSON line: the outcome
@@ -42,8 +42,8 @@ class LastReport(tune.Callback):
 
 
 def main() -> None:
-    address, mode, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    mode, limit = sys.argv[1], float(sys.argv[2])
+    ray.init(log_to_driver=False, configure_logging=False)  # the cluster of the Ray job this runs as
     stalls = mode == "stalls"
     config = {"steps": 2, "sleep_s": 0.0 if stalls else limit * 2}
     tuner = tune.Tuner(
