@@ -97,29 +97,36 @@ def test_a_trial_that_ends_short_of_the_synchronous_perturbation_point_leaves_no
     assert job.lineage(), "the two that waited were not perturbed at the point they met"
 
 
-def run_stall_search(ray_head, mode: str, limit: float) -> dict:
-    """``tests/support/stall_search.py`` as a Ray job of the session's cluster."""
+def test_a_clone_made_while_its_pause_still_saves_runs_its_whole_budget(client: Client, tmp_path):
+    # The trial behind reaches the perturbation point first and is still saving on its way to a
+    # pause (its save held up) when the other reaches it: PBT clones into it then. Tune left it a
+    # STOP that ended the clone one report after its restart (the noisy quadratic's trial that
+    # ended TERMINATED at epoch 9 while the others waited for it at 16).
+    spec = early_end_search(tmp_path)
+    spec["base"]["entrypoint"] = "userpkg.tune_sync:stale_stop"
+    spec.update(num_trials=2, pbt={"perturbation_interval": 2, "quantile_fraction": 0.5}, budget={"reports": 4})
+    job = client.submit(spec)
+    job.wait(timeout=240)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    assert len(job.lineage()) == 1, "the trial behind was not cloned at the point"
+    assert sorted(t.reports for t in job.trials()) == [4, 4]
+
+
+def test_the_guard_ends_a_search_that_waits_with_room_to_run_and_leaves_one_whose_steps_outlast_it(ray_head):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     jobs = JobSubmissionClient(ray_head.dashboard_url, headers=ray_head.headers)
-    entrypoint = shlex.join([sys.executable, "-m", "tests.support.stall_search", mode, str(limit)])
+    entrypoint = shlex.join([sys.executable, "-m", "tests.support.stall_search", "2"])
     job = jobs.submit_job(entrypoint=entrypoint, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     ended = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
-    wait_for(lambda: jobs.get_job_status(job) in ended, 240, f"the {mode} search to end")
+    wait_for(lambda: jobs.get_job_status(job) in ended, 240, "the guarded searches to end")
     logs = jobs.get_job_logs(job)
     lines = [line for line in logs.splitlines() if line.startswith("STALL_SEARCH ")]
     assert lines, logs[-3000:]
-    return json.loads(lines[-1].removeprefix("STALL_SEARCH "))
-
-
-def test_a_search_whose_trials_all_wait_with_room_to_run_ends_naming_them(ray_head):
-    out = run_stall_search(ray_head, "stalls", 3)
-    assert out["outcome"] == "stalled", out
-    assert out["reason"].startswith("search made no progress for 3 s: trials ")
-    assert out["reason"].endswith(" PAUSED; no trial running") and out["reason"].count("_0000") == 2
-    assert out["after_last_report_s"] >= 3  # the guard waited its time from the last report
-
-
-def test_a_search_whose_steps_outlast_the_guard_is_untouched(ray_head):
-    out = run_stall_search(ray_head, "healthy", 1.5)
-    assert out == {**out, "outcome": "finished", "steps": [2, 2]}
+    out = json.loads(lines[-1].removeprefix("STALL_SEARCH "))
+    healthy, stalls = out["healthy"], out["stalls"]
+    assert healthy["outcome"] == "finished" and healthy["steps"] == [2, 2], healthy  # 4 s steps, a 2 s guard
+    assert stalls["outcome"] == "stalled", stalls
+    assert stalls["reason"].startswith("search made no progress for 2 s: trials ")
+    assert stalls["reason"].endswith(" PAUSED; no trial running") and stalls["reason"].count("_0000") == 2
+    assert stalls["after_last_report_s"] >= 2  # the guard waited its time from the last report

@@ -1,10 +1,10 @@
-"""A tiny Tune search, run as a Ray job, with the search driver's stall guard
-(``tuning.stall.StallGuard``, limit ``argv[2]`` seconds), mode ``argv[1]``:
-``stalls`` runs two trials under a scheduler that pauses every trial at its first report
-and never starts a paused one (nothing runs, the cluster has room); ``healthy`` runs two
-trials whose every step takes longer than the limit. Prints one JSON line: the outcome
-(``stalled`` with the guard's reason, or ``finished`` with each trial's last step) and the
-seconds from the last trial report to the end."""
+"""Two tiny Tune searches, run as a Ray job, each with the search driver's stall guard
+(``tuning.stall.StallGuard``, limit ``argv[1]`` seconds): ``healthy`` runs two trials
+whose every step takes twice the limit; ``stalls`` runs two trials under a scheduler that
+pauses every trial at its first report and never starts a paused one (nothing runs, the
+cluster has room). Prints one JSON line, per search its outcome (``stalled`` with the
+guard's reason, or ``finished`` with each trial's last step) and the seconds from its
+last trial report to its end."""
 
 from __future__ import annotations
 
@@ -41,9 +41,7 @@ class LastReport(tune.Callback):
         LastReport.at = time.monotonic()
 
 
-def main() -> None:
-    mode, limit = sys.argv[1], float(sys.argv[2])
-    ray.init(log_to_driver=False, configure_logging=False)  # the cluster of the Ray job this runs as
+def search(mode: str, limit: float) -> dict:
     stalls = mode == "stalls"
     config = {"steps": 2, "sleep_s": 0.0 if stalls else limit * 2}
     tuner = tune.Tuner(
@@ -65,6 +63,13 @@ def main() -> None:
     else:
         out = {"outcome": "finished", "steps": sorted(r.metrics.get("step", 0) for r in results)}
     out["after_last_report_s"] = time.monotonic() - LastReport.at
+    return out
+
+
+def main() -> None:
+    limit = float(sys.argv[1])
+    ray.init(log_to_driver=False, configure_logging=False)  # the cluster of the Ray job this runs as
+    out = {mode: search(mode, limit) for mode in ("healthy", "stalls")}
     print("STALL_SEARCH " + json.dumps(out), flush=True)
 
 
