@@ -97,6 +97,7 @@ def test_a_trial_that_ends_short_of_the_synchronous_perturbation_point_leaves_no
     assert job.lineage(), "the two that waited were not perturbed at the point they met"
 
 
+@pytest.mark.long  # a save held up for seconds; the stall it led to is the test above's, by default
 def test_a_clone_made_while_its_pause_still_saves_runs_its_whole_budget(client: Client, tmp_path):
     # The trial behind reaches the perturbation point first and is still saving on its way to a
     # pause (its save held up) when the other reaches it: PBT clones into it then. Tune left it a
@@ -112,6 +113,7 @@ def test_a_clone_made_while_its_pause_still_saves_runs_its_whole_budget(client: 
     assert sorted(t.reports for t in job.trials()) == [4, 4]
 
 
+@pytest.mark.long  # two Tune searches in a Ray job; the guard's decisions are tested above by default
 def test_the_guard_ends_a_search_that_waits_with_room_to_run_and_leaves_one_whose_steps_outlast_it(ray_head):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
