@@ -23,6 +23,8 @@ PREEMPT_URI_ENV = "RAYDOCK_PREEMPT_URI"
 # How long a node's warm pool waits for a job before it exits; read by the cold driver
 # that starts the pool, and by the pool itself.
 WARM_IDLE_ENV = "RAYDOCK_WARM_IDLE_S"
+# How long a search may go with every trial waiting while one could run (tuning/stall.py).
+SEARCH_STALL_ENV = "RAYDOCK_SEARCH_STALL_S"
 
 # --- set by a job's own runtime_env, read on the cluster.
 

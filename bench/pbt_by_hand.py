@@ -1,5 +1,8 @@
 """A PBT search written by hand with Ray Tune's own API, as a Ray Tune user writes one:
-``tune.Tuner`` over a function trainable with ``PopulationBasedTraining``. ``bench.pbt_warm``
+``tune.Tuner`` over a function trainable with ``PopulationBasedTraining`` (synchronous; with
+the two fixes raydock's search has, ``tuning.schedulers.SynchSafePBT``, without which Tune
+left the population waiting at a perturbation point for ever in about one run of a few,
+as it did raydock's). ``bench.pbt_warm``
 submits it as a Ray job (the job submission client) to the cluster it runs raydock's
 search on, with the search's population, perturbation interval, quantile, resampling,
 perturbation factors, seed, per-trial CPUs and stopping rule:
@@ -23,8 +26,9 @@ import sys
 import time
 
 from ray import tune
-from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search import BasicVariantGenerator
+
+from tuning.schedulers import SynchSafePBT
 
 RESULT_PREFIX = "pbt_by_hand: "
 STARTED = time.time()
@@ -66,7 +70,7 @@ def main() -> int:
     else:
         function, space = digits_function, {"lr": lr, "base": json.loads(args.base), "epochs": args.epochs}
     random.seed(args.seed)  # PBT draws its donors and perturbations from `random`
-    pbt = PopulationBasedTraining(
+    pbt = SynchSafePBT(
         time_attr="epoch",
         perturbation_interval=args.interval,
         quantile_fraction=args.quantile,

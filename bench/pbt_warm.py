@@ -35,7 +35,8 @@ holds its Train loops there with its own population actor and Tune's asynchronou
 its function trainables use Tune's synchronous PBT too); nothing streams events to a
 server, no launch file, no first-report watchdog, checkpoints stay in a local directory
 (raydock's in the job's storage prefix). Both start a fresh trainable per trial start
-and restart (Tune's default ``reuse_actors=False``; raydock sets it so).
+and restart (Tune's default ``reuse_actors=False``; raydock sets it so). Both run Tune's
+synchronous PBT with raydock's two fixes for its waits for ever (``tuning.schedulers``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import sessionmaker
 
-from api.cluster_contract import LAUNCH_SHA256_ENV, LAUNCH_URI_ENV, PREEMPT_URI_ENV, WARM_IDLE_ENV
+from api.cluster_contract import (
+    LAUNCH_SHA256_ENV,
+    LAUNCH_URI_ENV,
+    PREEMPT_URI_ENV,
+    SEARCH_STALL_ENV,
+    WARM_IDLE_ENV,
+)
 from api.errors import ClusterUnavailable, Conflict, InvalidSpec
 from api.schemas import CODE_REF_PREFIX, FailureCause, JobSpec, JobStatus, code_spec
 from api.schemas.launch import LaunchFile
@@ -282,6 +288,7 @@ class Attempts:
             "RAY_DEDUP_LOGS": "0",
             "PYTHONUNBUFFERED": "1",
             WARM_IDLE_ENV: str(self.settings.startup.warm_idle_s),  # read by a cold driver that starts the pool
+            SEARCH_STALL_ENV: str(self.settings.startup.search_stall_s),  # a search's stall guard (tuning/stall.py)
             **graceful_stop_env(kind),  # a cancelled run hands its CPUs back at once
             # An object store's endpoint and region (never a credential): without them the
             # driver's pyarrow asks AWS's public host where the bucket is.

@@ -2,8 +2,9 @@
 
 Things raydock needs have no public API in Ray 2.60: hooks when a worker group
 starts, a hook in each worker as it reports, a way to hand a run its starting
-checkpoint (Train V2 dropped ``resume_from_checkpoint``), and Tune's once-per-process
-warning about its session API, re-armed. Everything else imports Ray's public surface only; when a
+checkpoint (Train V2 dropped ``resume_from_checkpoint``), Tune's once-per-process
+warning about its session API, re-armed, a decision Tune's controller holds for a trial
+(dropped when stale), and whether an actor of this job is being created. Everything else imports Ray's public surface only; when a
 Ray upgrade moves these, this module is the one place to change.
 """
 
@@ -246,3 +247,29 @@ def hold_like_a_train_run(requester_id: str, scaling: Any, num_workers: int) -> 
             pass
 
     return release
+
+
+def drop_cached_decision(tune_controller: Any, trial_id: str) -> None:
+    """Forget what Tune's controller meant to do with the trial once its save in flight
+    is in (``TuneController._cached_trial_decisions``), past the wrapper Tune hands its
+    schedulers. ``tuning.schedulers`` says when that decision is stale."""
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    pending = getattr(controller, "_cached_trial_decisions", None)
+    if isinstance(pending, dict):
+        pending.pop(trial_id, None)
+
+
+def job_actor_starting() -> bool:
+    """Whether an actor of this process' Ray job is being created (GCS's actor table:
+    waiting for its resources' dependencies or running its constructor)."""
+    import ray
+    from ray._private.state import state
+
+    job = ray.JobID(bytes.fromhex(ray.get_runtime_context().get_job_id()))
+    try:
+        return any(
+            state.actor_table(None, job_id=job, actor_state_name=s)
+            for s in ("DEPENDENCIES_UNREADY", "PENDING_CREATION")
+        )
+    except Exception:  # noqa: BLE001 - the table unreadable: say nothing starts
+        return False

@@ -4,6 +4,7 @@ decisions as text only; the search's lineage in the API comes from here."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ray.tune.experiment import Trial
@@ -11,10 +12,71 @@ from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.tune.schedulers.pb2 import PB2
 
 from api import object_store
+from trainers.ray_compat import drop_cached_decision
 from tuning.search_events import SearchEvents
 
 
-class _RecordsExploits:
+class _KeepsSynchMoving:
+    """Mixin over PopulationBasedTraining: Tune's synchronous mode never leaves the
+    population waiting at a perturbation point for ever (the noisy quadratic's stalled
+    search, ``bench.pbt_warm``)."""
+
+    def _exploit(self, tune_controller, trial, trial_to_clone) -> None:
+        """Tune's synchronous PBT can clone into a trial that reached the perturbation point
+        one report before the population and is still saving on its way to a pause: it stops
+        the trial's actor, and the stop, seeing the save in flight, leaves a STOP to run once
+        that save is in. That save never comes back (its actor is gone); the trial's next one
+        does, after its restart from the donor, and the STOP ends the clone one report later
+        (TERMINATED short of its budget), so the rest of the population waits for it at the
+        next perturbation point for ever. A trial paused here has no decision pending."""
+        super()._exploit(tune_controller, trial, trial_to_clone)
+        if trial.status == Trial.PAUSED:
+            drop_cached_decision(tune_controller, trial.trial_id)
+
+    # Synchronous PBT perturbs when the last trial of the population reports at the
+    # perturbation point; Tune never looks again when a trial ends instead (its function
+    # returned, it failed, it was stopped), so the others would wait there for ever.
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        super().on_trial_complete(tune_controller, trial, result)
+        self._release_waiting(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        super().on_trial_error(tune_controller, trial)
+        self._release_waiting(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        super().on_trial_remove(tune_controller, trial)
+        self._release_waiting(tune_controller, trial)
+
+    def _release_waiting(self, tune_controller, ended) -> None:
+        """When every trial left waits at the synchronous perturbation point, perturb them
+        there as the last report would have, and move the point on."""
+        if not self._synch:
+            return
+        waiting = [t for t in tune_controller.get_live_trials() if t is not ended and not t.is_finished()]
+        states = [self._trial_state[t] for t in waiting if t in self._trial_state]
+        if not states or any(s.last_train_time < self._next_perturbation_sync for s in states):
+            return  # nobody left, or someone still on its way (its report perturbs)
+        time = max(s.last_train_time for s in states)
+        lower, upper = self._quantiles_of(waiting)
+        middle = [t for t in waiting if t not in lower and t not in upper]
+        for t in [*upper, *middle, *lower]:  # the strong save before the weak clone them
+            self._trial_state[t].last_perturbation_time = time
+            self._checkpoint_or_exploit(t, tune_controller, upper, lower)
+        self._next_perturbation_sync = max(
+            self._next_perturbation_sync + self._perturbation_interval,
+            max(self._trial_state[t].last_train_time for t in tune_controller.get_trials() if t in self._trial_state),
+        )
+
+    def _quantiles_of(self, trials: list) -> tuple[list, list]:
+        """PBT's bottom and top quantiles (``_quantiles``) among ``trials`` only."""
+        scored = [t for t in trials if (s := self._trial_state[t].last_score) is not None and not math.isnan(s)]
+        scored.sort(key=lambda t: self._trial_state[t].last_score)
+        n = min(int(math.ceil(len(scored) * self._quantile_fraction)), len(scored) // 2)
+        return (scored[:n], scored[len(scored) - n :]) if n else ([], [])
+
+
+class _RecordsExploits(_KeepsSynchMoving):
     """Mixin over PopulationBasedTraining: emits an ``exploit`` event per clone."""
 
     def __init__(self, *args: Any, out: SearchEvents, room_for_all: bool, **kwargs: Any) -> None:
@@ -79,3 +141,7 @@ class RecordingPBT(_RecordsExploits, PopulationBasedTraining):
 
 class RecordingPB2(_RecordsExploits, PB2):
     pass
+
+
+class SynchSafePBT(_KeepsSynchMoving, PopulationBasedTraining):
+    """Tune's PBT with only the synchronous mode's two fixes (``bench.pbt_by_hand``)."""

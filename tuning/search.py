@@ -16,6 +16,7 @@ from api.schemas.scaling import ACCELERATOR_PREFIX
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
+from tuning.stall import StallGuard, stall_limit_s
 from tuning.trial import run_function_trial, run_trial
 from tuning.trial_ranks import largest_node_cpus, trial_cpus, warm_reason
 
@@ -194,7 +195,7 @@ def build_tuner(
         run_config=tune.RunConfig(
             name=job_id,
             storage_path=storage_path,
-            callbacks=[SearchCallback(out)],
+            callbacks=[SearchCallback(out), StallGuard(stall_limit_s(spec.stall_timeout_s))],
             stop=stopper(spec),
             failure_config=tune.FailureConfig(max_failures=0),
             # Every checkpoint is kept: PBT may clone any trial's latest one, and one

@@ -27,12 +27,20 @@ from trainers.launch import EventsChannel, take_launch
 from trainers.zygote import pool
 from tuning.search import build_tuner, trial_runs_path
 from tuning.search_events import SearchEvents, reported
+from tuning.stall import SearchStalled
 from tuning.trial import restores_from_checkpoint
 
 NO_RESTORE_NOTE = (
     "PBT exploits cannot carry weights for this loop: {entrypoint} never calls ray.train.get_checkpoint(), "
     "so a trial that clones another starts the loop over with the donor's hyperparameters only. "
     "Restore the model (and optimizer) from ray.train.get_checkpoint() at the loop's start to continue from the donor."
+)
+
+STALLED_DETAIL = (
+    "{}. Every trial left was PAUSED or PENDING while the cluster had room for one, so Tune would never have "
+    "started another and the search would have held its resources for ever; it was stopped. The trials' "
+    "statuses and reports are on the search; stall_timeout_s (default RAYDOCK_SEARCH_STALL_S) sets how long "
+    "a search may wait so."
 )
 
 
@@ -62,6 +70,8 @@ def run_search(
         results = build_tuner(spec, job_id, storage_path, out, channel, trial_ranks).fit()
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
+    except SearchStalled as stalled:  # Tune stopped every trial; the job fails saying why
+        return report_failure(Failure(FailureCause.INFRASTRUCTURE, str(stalled), STALLED_DETAIL.format(stalled)))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
         return report_failure(classify(exc))
     _drop_trial_runs(storage_path, job_id)

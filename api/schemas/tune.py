@@ -119,6 +119,16 @@ class TuneSpec(JobCommon):
             "(a loop or function that never reports is never a silent hang). Counted from each start of the trial."
         ),
     )
+    stall_timeout_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=7 * 86_400,
+        description=(
+            "How long the search may go with no trial running while one could start (every trial left PAUSED or "
+            "PENDING with room on the cluster for one): past it the search fails, naming its trials and their "
+            "states. Default the server's RAYDOCK_SEARCH_STALL_S (120 s)."
+        ),
+    )
     driver_cpus_per_trial: float = Field(
         default=1.0,
         gt=0.0,

@@ -89,3 +89,13 @@ class StartupSettings(Section):
         description="Ray Train controller poll interval for jobs; low values surface reports and job ends sooner.",
     )
     worker_start_timeout_s: float = Field(default=60.0, description="How long a worker group may take to start.")
+    search_stall_s: float = Field(
+        default=120.0,
+        ge=1,
+        le=7 * 24 * 3600,
+        description=(
+            "How long a search may go with no trial running while one could start (every trial left PAUSED or "
+            "PENDING, room on the cluster for one) before it fails naming its trials; a search's own "
+            "stall_timeout_s wins."
+        ),
+    )
