@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from api.client import Client
-from bench.harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+from bench.harness.databases import (  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+    database_url,
+    module_database_url,
+    postgres_server,
+)
 from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.support.browser import browser, tab  # noqa: F401  (fixtures: a real Chromium and a tab on it)
