@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from api.client import Client
-from bench.harness.databases import database_url, postgres_server  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+from bench.harness.databases import (  # noqa: F401  (fixtures: SQLite and a real PostgreSQL)
+    database_url,
+    module_database_url,
+    postgres_server,
+)
 from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, ensure_token, start_head
 from tests.support.browser import browser, tab  # noqa: F401  (fixtures: a real Chromium and a tab on it)
@@ -29,8 +33,10 @@ from tests.support.replica_fixtures import started, store  # noqa: F401  (fixtur
 from tests.support.session import CLUSTER_CPUS, SESSION_RESOURCES, session_token_path
 
 # A test that takes one of these needs the session's Ray head: it is marked ``slow``, so
-# ``pytest -m "not slow"`` runs the tests with no Ray head. Modules that start clusters
-# of their own say ``pytestmark = pytest.mark.slow``.
+# ``pytest -m "not slow"`` runs the tests with no Ray head, and ``serial``, so the test
+# command runs it in its one process with one Ray head (``-m "not serial" -n 2`` runs the
+# rest). Modules that start clusters of their own say ``pytestmark = [pytest.mark.slow,
+# pytest.mark.serial]``; a ``long`` test is ``serial`` too.
 RAY_FIXTURES = {"ray_head", "server", "client"}
 _AUTH_DIR: str | None = None
 
@@ -49,8 +55,10 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if RAY_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.serial)
         if item.get_closest_marker("long"):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.serial)
             if not long_too:
                 item.add_marker(skip_long)
 

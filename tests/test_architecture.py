@@ -17,6 +17,8 @@ small trees with planted violations, to show they fail when they should.
 
 from __future__ import annotations
 
+import functools
+
 from tests.support.architecture import (
     PACKAGES,
     RIGS,
@@ -34,57 +36,64 @@ from tests.support.architecture import (
     rig_imports,
     room_violations,
 )
-from tests.support.source_tree import read_tree
+from tests.support.source_tree import Tree, read_tree
+
+
+@functools.cache
+def checkout(*packages: str) -> Tree:
+    """The checkout's modules, parsed once for all the checks below (which only read them)."""
+    return read_tree(ROOT, packages)
+
 
 # ----------------------------------------------------------------------------- the house
 
 
 def test_no_import_cycles():
-    assert cycles(read_tree(ROOT, PACKAGES)) == []
+    assert cycles(checkout(*PACKAGES)) == []
 
 
 def test_packages_import_one_way_and_the_contract_stays_light():
-    assert layering_violations(read_tree(ROOT, PACKAGES)) == []
+    assert layering_violations(checkout(*PACKAGES)) == []
 
 
 def test_ray_internals_only_behind_the_seam():
-    assert ray_internals_outside_seam(read_tree(ROOT, PACKAGES)) == []
+    assert ray_internals_outside_seam(checkout(*PACKAGES)) == []
 
 
 def test_parallel_strategies_name_no_model():
-    assert model_specific_imports(read_tree(ROOT, PACKAGES)) == []
+    assert model_specific_imports(checkout(*PACKAGES)) == []
 
 
 def test_each_room_of_the_server_keeps_its_rule():
-    assert room_violations(read_tree(ROOT, PACKAGES)) == []
+    assert room_violations(checkout(*PACKAGES)) == []
 
 
 def test_no_module_over_the_line_limit():
-    assert long_modules(read_tree(ROOT, PACKAGES + RIGS)) == []
+    assert long_modules(checkout(*PACKAGES, *RIGS)) == []
 
 
 def test_benchmarks_import_no_test_and_the_product_no_rig():
-    assert rig_imports(read_tree(ROOT, PACKAGES + RIGS)) == []
+    assert rig_imports(checkout(*PACKAGES, *RIGS)) == []
 
 
 def test_the_cluster_contract_is_spelled_in_one_place():
-    assert contract_literals(read_tree(ROOT, PACKAGES)) == []
+    assert contract_literals(checkout(*PACKAGES)) == []
 
 
 def test_background_work_runs_only_as_periodic_units():
-    assert background_loops(read_tree(ROOT, PACKAGES)) == []
+    assert background_loops(checkout(*PACKAGES)) == []
 
 
 def test_the_events_writers_and_reads_keep_apart():
-    assert event_side_violations(read_tree(ROOT, PACKAGES)) == []
+    assert event_side_violations(checkout(*PACKAGES)) == []
 
 
 def test_the_server_reads_its_environment_through_settings():
-    assert environment_reads(read_tree(ROOT, PACKAGES)) == []
+    assert environment_reads(checkout(*PACKAGES)) == []
 
 
 def test_http_app_lives_on_the_server_side():
-    tree = read_tree(ROOT, PACKAGES)
+    tree = checkout(*PACKAGES)
     assert not [
         m for m in tree.imports if m.startswith("api.") and m.split(".")[1] in ("app", "routes", "deps", "http")
     ]
@@ -92,4 +101,4 @@ def test_http_app_lives_on_the_server_side():
 
 
 def test_one_composition_root_builds_the_parts():
-    assert composition_violations(read_tree(ROOT, PACKAGES)) == []
+    assert composition_violations(checkout(*PACKAGES)) == []

@@ -24,10 +24,13 @@ from bench.harness.clusters import WORKER_TYPE, start_fake_autoscaling_head
 from bench.harness.servers import ServerProcess
 from bench.harness.waiting import wait_for
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",
-    reason="starts an autoscaling Ray cluster (1-2.5 min); set RAYDOCK_TEST_FAKE_CLUSTER=1 to run",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1",
+        reason="starts an autoscaling Ray cluster (1-2.5 min); set RAYDOCK_TEST_FAKE_CLUSTER=1 to run",
+    ),
+    pytest.mark.serial,  # a Ray cluster of its own
+]
 
 
 @pytest.fixture(scope="module")

@@ -139,6 +139,7 @@ FAKE_DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.serial  # a Ray cluster of its own
 def test_fake_cluster_autoscales(tmp_path):
     """Scale up from zero workers for a 2-CPU task, then back down when idle."""
     if os.environ.get("RAYDOCK_TEST_FAKE_CLUSTER") != "1":

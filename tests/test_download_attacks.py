@@ -20,11 +20,25 @@ SEND_TIMEOUT_S = 3
 LIMIT = 8
 
 
-@pytest.fixture()
-def target(tmp_path):
-    t = attacks.start_target(
-        tmp_path, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(SEND_TIMEOUT_S), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
+def _start(data_dir):
+    return attacks.start_target(
+        data_dir, RAYDOCK_DOWNLOAD_SEND_TIMEOUT_S=str(SEND_TIMEOUT_S), RAYDOCK_MAX_CONCURRENT_DOWNLOADS=str(LIMIT)
     )
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """One server for the tests that each make a job of their own and hold no download past
+    their end (a server start is seconds on a busy machine)."""
+    t = _start(tmp_path_factory.mktemp("downloads"))
+    yield t
+    t.stop()
+
+
+@pytest.fixture()
+def own_target(tmp_path):
+    """A server of the test's own: it counts the downloads in flight, so none of another test may linger."""
+    t = _start(tmp_path / "server")
     yield t
     t.stop()
 
@@ -123,7 +137,8 @@ def test_stalled_downloads_are_bounded_and_the_server_keeps_answering(tmp_path):
     assert f.fresh_download_status == 200  # the stalled ones were dropped: their slots serve again
 
 
-def test_one_download_too_many_is_429_with_a_code_and_retry_after(target, tmp_path):
+def test_one_download_too_many_is_429_with_a_code_and_retry_after(own_target, tmp_path):
+    target = own_target
     job_id = target.running_job()
     row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(8 << 20)})
     socks = [attacks.stalled_download(target, attacks.download_path(job_id, row_id)) for _ in range(LIMIT)]
@@ -142,7 +157,8 @@ def test_one_download_too_many_is_429_with_a_code_and_retry_after(target, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(target):
+def test_a_client_that_goes_away_stops_the_packing_and_frees_its_place(own_target):
+    target = own_target
     job_id = target.running_job()
     row_id, _ = attacks.checkpoint(target, job_id, {"model.pt": os.urandom(16 << 20)})
     attacks.list_ms(target, 3)

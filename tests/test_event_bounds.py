@@ -20,8 +20,17 @@ from service.db.models import JobRow
 from trainers.events import _Pusher
 
 
+@pytest.fixture(scope="module")
+def target(tmp_path_factory, module_database_url):
+    """One server per database for the tests that each keep to jobs of their own."""
+    t = attacks.start_target(tmp_path_factory.mktemp("events"), module_database_url)
+    yield t
+    t.stop()
+
+
 @pytest.fixture()
-def target(tmp_path, database_url):
+def own_target(tmp_path, database_url):
+    """A store of the test's own, for a test that fills it (the reads of those after it stay small)."""
     t = attacks.start_target(tmp_path, database_url)
     yield t
     t.stop()
@@ -35,7 +44,7 @@ def rows(target, table, job_id: str) -> int:
 # ------------------------------------------------------------------ M5: bounds per job
 
 
-@pytest.mark.slow  # a server of its own per database: seconds each
+@pytest.mark.slow  # seconds of pushing 36 MB of events
 def test_a_flood_of_worker_failures_keeps_the_job_list_small(target):
     job_id = target.running_job()
     t0 = time.perf_counter()
@@ -108,7 +117,8 @@ def test_events_past_a_per_job_bound_are_dropped_counted_and_say_which_setting(t
 
 
 @pytest.mark.long  # about 2 minutes on 2 cores (both databases): RAYDOCK_LONG_TESTS=1
-def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(target):
+def test_deleting_a_job_with_a_million_rows_never_holds_the_write_lock_long(own_target):
+    target = own_target
     job_id = target.running_job()
     attacks.seed_rows(target, job_id, metrics=600_000, trial_reports_n=400_000)
     set_columns(target.service, job_id, status="SUCCEEDED")
@@ -194,7 +204,7 @@ def test_submits_are_taken_while_a_search_pushes_on_many_connections(tmp_path):
         target.stop()
 
 
-@pytest.mark.slow  # a server of its own per database: seconds each
+@pytest.mark.slow  # four pushers' retries after Retry-After: seconds
 def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
     """The driver, the controller and a search's trials each push for the same job; the
     server takes one post at a time, so the others are sent again after Retry-After."""
@@ -213,7 +223,8 @@ def test_pushers_of_one_job_retry_429_and_lose_no_event(target):
 
 
 @pytest.mark.long  # a minute of filling the store; bench/abuse_events.py times the same read
-def test_the_best_so_far_of_100k_reports_is_one_indexed_read(target):
+def test_the_best_so_far_of_100k_reports_is_one_indexed_read(own_target):
+    target = own_target
     job_id = target.running_search()
     t0 = time.perf_counter()
     attacks.seed_trial_reports(target, job_id, n=100_000)

@@ -15,7 +15,7 @@ from service.cluster.local_cluster import start_head
 from service.db.models import JobRow, utcnow
 from service.http.app import _maybe_stop_head
 
-pytestmark = pytest.mark.slow  # starts Ray heads of its own
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # starts Ray heads of its own
 
 
 def test_the_local_head_stays_while_any_job_is_unended_and_stops_after(tmp_path):

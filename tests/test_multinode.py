@@ -34,7 +34,7 @@ from tests.support.netns import NetworkHosts
 from tests.support.object_store import NODE_ENV, S3Server
 from tests.support.session import session_token_path
 
-pytestmark = pytest.mark.slow  # starts a cluster of its own
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # starts a cluster of its own
 
 RAY = str(Path(sys.executable).with_name("ray"))
 # Ray notices a node whose raylet is gone by missed health checks (default: 5 misses

@@ -4,15 +4,13 @@ not finished; ``raydock gc --dry-run`` lists them and ``raydock gc`` deletes the
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from typer.testing import CliRunner
 
 from bench.harness.jobstore import dead_ray, job_service, set_columns, submit
 from service.cluster.ray_backend import RayBackend
@@ -119,19 +117,16 @@ def test_a_job_resumed_after_it_was_picked_is_not_deleted(service):
 def test_gc_command_lists_with_dry_run_and_deletes_without(tmp_path):
     service = job_service(f"sqlite:///{tmp_path / 'raydock.db'}", tmp_path)
     jobs = history(service)
-    env = {**os.environ, "RAYDOCK_DATA_DIR": str(tmp_path), "RAYDOCK_RETENTION_DAYS": "7", "COLUMNS": "200"}
-    env.pop("RAYDOCK_DATABASE_URL", None), env.pop("RAYDOCK_STORAGE_PATH", None)
+    env = {"RAYDOCK_DATA_DIR": str(tmp_path), "RAYDOCK_RETENTION_DAYS": "7", "COLUMNS": "200"}
+    env |= {"RAYDOCK_DATABASE_URL": None, "RAYDOCK_STORAGE_PATH": None}  # unset: the data dir's own
 
     def gc(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "service.cli", "gc", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        # In this process (Typer's runner): the command reads its settings afresh on each run.
+        from service.cli.main import app
+
+        done = CliRunner().invoke(app, ["gc", *args], env=env)
+        assert done.exit_code == 0, done.output
+        return done.output
 
     out = gc("--dry-run")
     assert "would delete 3 finished job(s)" in out

@@ -17,7 +17,7 @@ from bench.harness.servers import ServerProcess
 from service.cluster.local_cluster import LocalHead, _session_pids, find_head
 from tests.support.processes import environ
 
-pytestmark = pytest.mark.slow  # starts a Ray head of its own
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # starts a Ray head of its own
 
 API_TOKEN = "api-token-that-must-stay-with-the-server"
 CLOUD_KEY = "cloud-key-that-must-stay-with-the-server"

@@ -189,13 +189,9 @@ def _migrated_sqlite(tmp_path_factory) -> Path:
     return _sqlite_migrated[base]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request, tmp_path) -> str:
-    """A fresh database at the newest schema (``empty_database``: with no schema at all): a
-    SQLite file, or a new database on the session's PostgreSQL."""
-    empty = request.node.get_closest_marker("empty_database") is not None
-    if request.param == "sqlite":
-        path = tmp_path / "store.db"
+def _fresh_database(request, directory: Path, kind: str, empty: bool):
+    if kind == "sqlite":
+        path = directory / "store.db"
         if not empty:
             template = _migrated_sqlite(request.getfixturevalue("tmp_path_factory"))
             for suffix in ("", "-wal"):  # the log too, if the last close left one
@@ -207,3 +203,18 @@ def database_url(request, tmp_path) -> str:
     name = server.create_database(migrated=not empty)
     yield server.url(name)
     server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> str:
+    """A fresh database at the newest schema (``empty_database``: with no schema at all): a
+    SQLite file, or a new database on the session's PostgreSQL."""
+    empty = request.node.get_closest_marker("empty_database") is not None
+    yield from _fresh_database(request, tmp_path, request.param, empty)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_database_url(request, tmp_path_factory) -> str:
+    """The same, one per module and database: for a module whose tests share one server on it
+    (each test keeping to jobs of its own)."""
+    yield from _fresh_database(request, tmp_path_factory.mktemp("store"), request.param, False)
