@@ -9,7 +9,9 @@ start of the trial."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 
 import psutil
 import pytest
@@ -21,6 +23,8 @@ from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import BASE, search, steps_search
 
 STARTS = re.compile(r"raydock: trial (\S+) runs (\d+) local rank\(s\), pids \[([\d, ]+)\]")
+# The same line with the Ray prefix naming the trainable's process.
+TRAINABLE_STARTS = re.compile(r"pid=(\d+)\)\S* raydock: trial \S+ runs \d+ local rank\(s\), pids \[([\d, ]+)\]")
 
 
 def starts(job: Job) -> list[tuple[str, list[int]]]:
@@ -57,6 +61,26 @@ def test_cancel_kills_every_warm_trials_ranks(client: Client):
     wait_for(lambda: job.refresh().status.is_terminal(), 90, "cancel to finish")
     assert job.status.value == "CANCELLED"
     wait_for(lambda: not any(alive(p) for p in pids), 60, "every trial's ranks to die")
+    wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
+
+
+def test_a_killed_trainable_takes_its_ranks_with_it(client: Client):
+    """The trial's ranks are forked by the node's warm process (its rank host), not by the
+    trainable: SIGKILL of the trainable, which runs no cleanup, still ends them."""
+    job = client.submit(steps_search({"num_workers": 2, "cpus_per_worker": 0.25}, num_trials=1))
+    try:
+        wait_for(lambda: TRAINABLE_STARTS.search(job.logs()), 180, "the trial's ranks in the log")
+        found = TRAINABLE_STARTS.search(job.logs())
+        trainable, ranks = int(found[1]), [int(p) for p in found[2].split(",")]
+        assert "forked by rank host" in job.logs()
+        assert len(ranks) == 2 and all(alive(p) for p in ranks)
+        assert all(psutil.Process(p).ppid() != trainable for p in ranks)  # not the trainable's children
+        os.kill(trainable, signal.SIGKILL)
+        wait_for(lambda: not any(alive(p) for p in ranks), 60, "the ranks to die with their trainable")
+    finally:
+        with contextlib.suppress(Conflict):
+            job.cancel()
+    wait_for(lambda: job.refresh().status.is_terminal(), 90, "the search to end")
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
 
 

@@ -38,6 +38,7 @@ from trainers.failures import TrialFailed
 from trainers.launch import EventsChannel
 from trainers.ranks import RankRunner, RanksFailed
 from trainers.user_loop import refusing_tune_calls
+from trainers.zygote.hosted import host_context
 
 
 def trial_cpus(spec: TuneSpec) -> float:
@@ -100,6 +101,13 @@ class TrialRanks(RankRunner):
 
     def _events(self) -> Any:
         return _RetryLines()
+
+    def _context(self):
+        """The node's warm process forks the ranks (its rank host for this trainable, which
+        has torch and Ray Train imported already); a forkserver of this process when it cannot."""
+        modules = [getattr(self.loop, "__module__", "trainers")]
+        hosted = host_context(modules, ray_compat.session_dir(), ray.get_runtime_context().gcs_address)
+        return hosted if hosted is not None else super()._context()
 
     def _report(self, metrics: dict, checkpoint_name: str | None) -> None:
         checkpoint = None
