@@ -19,8 +19,10 @@ import pytest
 from api.client import Client, Job
 from api.errors import Conflict
 from bench.harness.waiting import wait_for
+from service.cluster.local_cluster import LocalHead
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import BASE, search, steps_search
+from tests.support.warm import ensure_warm
 
 STARTS = re.compile(r"raydock: trial (\S+) runs (\d+) local rank\(s\), pids \[([\d, ]+)\]")
 # The same line with the Ray prefix naming the trainable's process.
@@ -64,10 +66,11 @@ def test_cancel_kills_every_warm_trials_ranks(client: Client):
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
 
 
-def test_a_killed_trainable_takes_its_ranks_with_it(client: Client):
+def test_a_killed_trainable_takes_its_ranks_with_it(client: Client, ray_head: LocalHead):
     """The trial's ranks are forked by the node's warm process (its rank host), not by the
     trainable: SIGKILL of the trainable, which runs no cleanup, still ends them."""
-    job = client.submit(steps_search({"num_workers": 2, "cpus_per_worker": 0.25}, num_trials=1))
+    ensure_warm(client, ray_head)
+    job = client.submit({**steps_search({"num_workers": 2, "cpus_per_worker": 0.25}), "num_trials": 1})
     try:
         wait_for(lambda: TRAINABLE_STARTS.search(job.logs()), 180, "the trial's ranks in the log")
         found = TRAINABLE_STARTS.search(job.logs())
