@@ -13,10 +13,11 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
+from tuning.function_trial import run_function_trial
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
-from tuning.trial import run_function_trial, run_trial
+from tuning.trial import run_trial
 from tuning.trial_ranks import largest_node_cpus, run_warm_trial, trial_cpus, warm_reason
 
 # Tune's own default horizon of ASHA, for a search whose loop's end is its budget.
@@ -126,7 +127,7 @@ def trainable(
     """``run_trial`` (``run_warm_trial`` for a warm trial) with the search's spec, the trials' run storage, its population
     (which ``out`` hands the driver's callback too) and the trial's CPUs: a warm trial's
     trainable holds its workers' too (it forks them, ``tuning.trial_ranks``)."""
-    if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
+    if spec.trainable == "function":  # the user's own Tune trainable, one process per trial at a time
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
         scaling = spec.base.scaling
         resources = scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
@@ -184,11 +185,12 @@ def build_tuner(
             max_concurrent_trials=None if isinstance(search_alg, BasicVariantGenerator) else spec.concurrency,
             scheduler=scheduler(spec, out),
             search_alg=search_alg,
-            # A warm trial's actor (its imports, its forkserver) serves the next trial and
-            # the trial's restarts after exploits; each start forks fresh ranks. A cold
-            # trial's trainable owns its Train run: a fresh actor per start keeps a paused
-            # or cloned trial from reusing a run it no longer owns.
-            reuse_actors=warm,
+            # A warm trial's actor (its imports, its rank host) serves the next trial and
+            # the trial's restarts after exploits; each start forks fresh ranks. So does a
+            # function trainable's (Tune's own default for them), its function started
+            # afresh each time. A cold trial's trainable owns its Train run: a fresh actor
+            # per start keeps a paused or cloned trial from reusing a run it no longer owns.
+            reuse_actors=warm or spec.trainable == "function",
         ),
         run_config=tune.RunConfig(
             name=job_id,
