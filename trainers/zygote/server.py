@@ -3,7 +3,8 @@
 It imports once what every driver imports (torch, ray.train, ray.train.torch, raydock's
 drivers: about 4.5 s on 2 cores), then listens on the node's unix socket
 (``trainers.zygote.protocol``) and forks one fresh child per job to be that job's driver
-(``trainers.zygote.child``). Jobs never share a process: what one job changes (globals,
+(``trainers.zygote.child``), or per search trial's trainable to be the rank host that
+forks the trial's local ranks (``trainers.zygote.rank_host``). Jobs never share a process: what one job changes (globals,
 environment, working directory, threads, CUDA) ends with its child.
 
 Forking is safe only from a single-threaded process with no CUDA context, so this
@@ -47,6 +48,8 @@ PRELOAD = (
     "torch._dynamo",
     "sklearn.datasets",
     "trainers.rank_worker",
+    "trainers.classifier_loop",
+    "trainers.lm_loop",
     RANK_HOST_MODULE,
 )
 ALREADY_SERVED = 3  # exit code: another warm process serves this socket
