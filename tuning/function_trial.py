@@ -5,26 +5,18 @@ process imports ray.tune and the user's function, nothing more."""
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
 
 from api.schemas import TuneSpec
 from trainers.failures import TrialFailed, classify
 from trainers.user_loop import load_entrypoint
 
-# How long Tune waits for the function to return when it reuses the trial's process for
-# another trial or a restart (Tune's default 2 s): a function stops at its next report.
-THREAD_TIMEOUT_S = "30"
-
 
 def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
     """The trainable of a search whose base is a Ray Tune function trainable
     (``trainable: function``): the user's function, called with the trial's ``config``
     (base.config with the searched values put in). It reports with ``tune.report`` and
-    restores with ``tune.get_checkpoint()`` itself; its errors read as its own. Tune keeps
-    the trial's process for the search's next trial or this trial's restart after an exploit
-    (``reuse_actors``, Tune's own default for function trainables)."""
-    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", THREAD_TIMEOUT_S)
+    restores with ``tune.get_checkpoint()`` itself; its errors read as its own."""
     trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
     fn = load_entrypoint(trial_spec.entrypoint)
     try:

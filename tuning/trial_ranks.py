@@ -62,10 +62,7 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
     if not sys.platform.startswith("linux"):
         return "local ranks are forked, which needs Linux"
     if spec.trainable == "function":
-        return (
-            "a function trainable runs in its Tune trainable's process, with no workers to fork "
-            "(that process is kept between trials and restarts)"
-        )
+        return "a function trainable runs in its Tune trainable's process, one per trial, with no workers to fork"
     if spec.base.scaling.use_gpu:
         return "GPU trials keep Ray Train's worker actors (the trainable would hold every GPU of the trial)"
     why = cold_reason(spec.base)
