@@ -66,24 +66,30 @@ def test_cancel_kills_every_warm_trials_ranks(client: Client):
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
 
 
-def test_a_killed_trainable_takes_its_ranks_with_it(client: Client, ray_head: LocalHead):
-    """The trial's ranks are forked by the node's warm process (its rank host), not by the
-    trainable: SIGKILL of the trainable, which runs no cleanup, still ends them."""
+def test_hosted_ranks_die_with_a_killed_trainable_and_with_a_cancelled_search(client: Client, ray_head: LocalHead):
+    """A warm trial's ranks are forked by the node's warm process (the trainable's rank
+    host), not by the trainable: SIGKILL of one trainable, which runs no cleanup, still
+    ends its ranks, and a cancel of the search ends the other trial's."""
     ensure_warm(client, ray_head)
-    job = client.submit({**steps_search({"num_workers": 2, "cpus_per_worker": 0.25}), "num_trials": 1})
+    job = client.submit(steps_search({"num_workers": 2, "cpus_per_worker": 0.25}))
     try:
-        wait_for(lambda: TRAINABLE_STARTS.search(job.logs()), 180, "the trial's ranks in the log")
-        found = TRAINABLE_STARTS.search(job.logs())
-        trainable, ranks = int(found[1]), [int(p) for p in found[2].split(",")]
-        assert "forked by rank host" in job.logs()
-        assert len(ranks) == 2 and all(alive(p) for p in ranks)
-        assert all(psutil.Process(p).ppid() != trainable for p in ranks)  # not the trainable's children
-        os.kill(trainable, signal.SIGKILL)
-        wait_for(lambda: not any(alive(p) for p in ranks), 60, "the ranks to die with their trainable")
+        wait_for(lambda: len(TRAINABLE_STARTS.findall(job.logs())) == 2, 180, "both trials' ranks in the log")
+        (killed, doomed), (kept, others) = [
+            (int(pid), [int(p) for p in pids.split(",")]) for pid, pids in TRAINABLE_STARTS.findall(job.logs())
+        ]
+        assert job.logs().count("forked by rank host") == 2
+        assert all(alive(p) for p in doomed + others)
+        assert all(
+            psutil.Process(p).ppid() not in (killed, kept) for p in doomed + others
+        )  # not the trainables' children
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: not any(alive(p) for p in doomed), 60, "the ranks to die with their trainable")
+        assert all(alive(p) for p in others)  # the other trial's go on
     finally:
         with contextlib.suppress(Conflict):
             job.cancel()
     wait_for(lambda: job.refresh().status.is_terminal(), 90, "the search to end")
+    wait_for(lambda: not any(alive(p) for p in others), 60, "the other trial's ranks to die with the search")
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
 
 
