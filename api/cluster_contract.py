@@ -72,6 +72,8 @@ ENV_NAMES = (
 DRIVER_MODULES = {"train": "trainers.driver", "tune": "tuning.search_driver"}
 # Forks the driver from the node's warm process, or execs the cold driver (trainers/zygote/).
 WARM_CLIENT_MODULE = "trainers.zygote.client"
+# What a search trial's trainable asks the node's warm process to run: its local ranks' forker.
+RANK_HOST_MODULE = "trainers.zygote.rank_host"
 WORKER_SETUP_HOOK = "trainers.worker_setup.setup"
 
 # --- the warm pool: one detached supervisor actor per node, named exactly

@@ -9,7 +9,9 @@ start of the trial."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 
 import psutil
 import pytest
@@ -17,10 +19,14 @@ import pytest
 from api.client import Client, Job
 from api.errors import Conflict
 from bench.harness.waiting import wait_for
+from service.cluster.local_cluster import LocalHead
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import BASE, search, steps_search
+from tests.support.warm import ensure_warm
 
 STARTS = re.compile(r"raydock: trial (\S+) runs (\d+) local rank\(s\), pids \[([\d, ]+)\]")
+# The same line with the Ray prefix naming the trainable's process.
+TRAINABLE_STARTS = re.compile(r"pid=(\d+)\)\S* raydock: trial \S+ runs \d+ local rank\(s\), pids \[([\d, ]+)\]")
 
 
 def starts(job: Job) -> list[tuple[str, list[int]]]:
@@ -57,6 +63,33 @@ def test_cancel_kills_every_warm_trials_ranks(client: Client):
     wait_for(lambda: job.refresh().status.is_terminal(), 90, "cancel to finish")
     assert job.status.value == "CANCELLED"
     wait_for(lambda: not any(alive(p) for p in pids), 60, "every trial's ranks to die")
+    wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
+
+
+def test_hosted_ranks_die_with_a_killed_trainable_and_with_a_cancelled_search(client: Client, ray_head: LocalHead):
+    """A warm trial's ranks are forked by the node's warm process (the trainable's rank
+    host), not by the trainable: SIGKILL of one trainable, which runs no cleanup, still
+    ends its ranks, and a cancel of the search ends the other trial's."""
+    ensure_warm(client, ray_head)
+    job = client.submit(steps_search({"num_workers": 2, "cpus_per_worker": 0.25}))
+    try:
+        wait_for(lambda: len(TRAINABLE_STARTS.findall(job.logs())) == 2, 180, "both trials' ranks in the log")
+        (killed, doomed), (kept, others) = [
+            (int(pid), [int(p) for p in pids.split(",")]) for pid, pids in TRAINABLE_STARTS.findall(job.logs())
+        ]
+        assert job.logs().count("forked by rank host") == 2
+        assert all(alive(p) for p in doomed + others)
+        assert all(
+            psutil.Process(p).ppid() not in (killed, kept) for p in doomed + others
+        )  # not the trainables' children
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: not any(alive(p) for p in doomed), 60, "the ranks to die with their trainable")
+        assert all(alive(p) for p in others)  # the other trial's go on
+    finally:
+        with contextlib.suppress(Conflict):
+            job.cancel()
+    wait_for(lambda: job.refresh().status.is_terminal(), 90, "the search to end")
+    wait_for(lambda: not any(alive(p) for p in others), 60, "the other trial's ranks to die with the search")
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 90, "every CPU to be released")
 
 

@@ -43,8 +43,8 @@ from api.schemas import FailureCause, TrainSpec, WorkerGroupEvent, WorkerNode
 from trainers import events, phases, ray_compat
 from trainers.callbacks import ReportEvents
 from trainers.failures import TRACEBACK_TAIL_CHARS, Failure, headline, readable
-from trainers.rank_worker import RankPlan, run_rank
-from trainers.trainer import checkpoint_config, loop_and_config, starting_checkpoint
+from trainers.loops import checkpoint_config, loop_and_config, starting_checkpoint
+from trainers.rank_plan import RankPlan
 
 POLL_S = 0.2  # how often a runner with a stop check looks at it
 
@@ -83,6 +83,8 @@ def preload(spec: TrainSpec) -> None:
     import ray.tune  # noqa: F401
     import torch._dynamo  # noqa: F401
 
+    import trainers.rank_worker  # noqa: F401
+
     if not spec.is_user_code:
         import sklearn.datasets  # noqa: F401
 
@@ -99,12 +101,14 @@ class RankRunner:
     # Whether the ranks may be forked from this process (so it imports their modules
     # first); a runner that always starts them from a forkserver imports nothing for them.
     forks_from_here = True
+    # Whether a built-in loop is handed to the ranks by name (this process never imports it).
+    loops_by_name = False
 
     def __init__(self, spec: TrainSpec, run_name: str, storage_path: str, start: str | None = None) -> None:
         self.spec, self.run_name, self.storage_path = spec, run_name, storage_path
         self.storage = ray_compat.storage_context(storage_path, run_name)
         self.book = ray_compat.checkpoint_book(self.storage, checkpoint_config(spec))
-        self.loop, self.loop_config = loop_and_config(spec)
+        self.loop, self.loop_config = loop_and_config(spec, by_name=self.loops_by_name)
         if self.forks_from_here:
             preload(spec)
         self.report_events: ReportEvents | None = None  # made once the ranks run: it may start a thread
@@ -244,6 +248,13 @@ class RankRunner:
             checkpoint = ray_compat.checkpoint_at(self.storage, checkpoint_name)
             self.book.register(checkpoint, metrics)
         self._events().after_report(None, [metrics], checkpoint)
+
+
+def run_rank(plan: RankPlan, rank: int, link) -> None:
+    """A forked rank's entry (``trainers.rank_worker``, imported there: it imports torch)."""
+    from trainers.rank_worker import run_rank as run
+
+    run(plan, rank, link)
 
 
 def _tell(link, message: tuple) -> None:

@@ -48,6 +48,14 @@ def tune_session_calls_warn() -> None:
         reset_log_once(f"{SESSION_MISUSE_LOG_ONCE_KEY}-{name}")
 
 
+def session_dir() -> str | None:
+    """This node's Ray session directory, in a process connected to Ray (a worker, a driver)."""
+    import ray
+
+    node = ray._private.worker._global_node
+    return node.get_session_dir_path() if node is not None else None
+
+
 def tune_stopping() -> bool:
     """Whether Tune asked the function trainable running in this thread's actor to end
     (its trial stops, or its actor is reset for another trial or an exploit): Tune's

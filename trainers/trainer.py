@@ -18,14 +18,15 @@ from typing import Any, Callable
 
 import ray
 import ray.data
-from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import DataConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from api.schemas import GPTModel, TabularData, TrainSpec
+from api.schemas import TabularData, TrainSpec
 from api.schemas.datasets import TableSource, splits
 from trainers.data.sources import node_cache
 from trainers.data.tables import cached_table
-from trainers.user_loop import load_entrypoint, user_loop  # noqa: F401 - load_entrypoint: tuning.trial reads it here
+from trainers.loops import builtin_loop, checkpoint_config, loop_and_config, starting_checkpoint  # noqa: F401 - read here too
+from trainers.user_loop import load_entrypoint  # noqa: F401 - tuning.trial reads it here
 
 
 def tabular_datasets(spec: TrainSpec) -> tuple[dict, dict]:
@@ -71,18 +72,6 @@ def named_datasets(spec: TrainSpec) -> tuple[dict, DataConfig]:
     return datasets, DataConfig(datasets_to_split=to_split)
 
 
-def builtin_loop(spec: TrainSpec) -> Callable[[dict], None]:
-    """The per-worker loop for a built-in model and its parallelism."""
-    if isinstance(spec.model, GPTModel):
-        from trainers.lm_loop import train_loop
-
-        return train_loop
-    # mlp and cnn, whatever the parallelism: one loop, one checkpoint format.
-    from trainers.classifier_loop import train_loop
-
-    return train_loop
-
-
 def scaling_config(spec: TrainSpec) -> ScalingConfig:
     s = spec.scaling
     extra: dict[str, Any] = {}
@@ -106,32 +95,6 @@ def failure_config(spec: TrainSpec) -> FailureConfig:
     # next try sees the cluster as it is.
     limit = spec.failure.max_retries if spec.scaling.is_elastic else 0
     return FailureConfig(max_failures=spec.failure.max_retries, controller_failure_limit=limit)
-
-
-def checkpoint_config(spec: TrainSpec) -> CheckpointConfig:
-    return CheckpointConfig(
-        num_to_keep=spec.checkpoint.keep,
-        checkpoint_score_attribute=spec.checkpoint.score_metric,
-        checkpoint_score_order=spec.checkpoint.score_mode,
-    )
-
-
-def loop_and_config(spec: TrainSpec, data_meta: dict | None = None) -> tuple[Callable[[dict], Any], dict]:
-    """The per-worker loop and its config: the user's entrypoint (imported in the
-    workers only, trainers/user_loop.py: the driver runs none of the user's code) or a
-    built-in loop."""
-    if spec.is_user_code:
-        loop_config = dict(spec.config)
-        if not spec.default_parallelism:
-            # User code applies the strategy itself (e.g. with trainers.parallel.parallelize).
-            loop_config["parallelism"] = spec.model_dump(mode="json")["parallelism"]
-        return user_loop(spec.entrypoint), loop_config
-    return builtin_loop(spec), {"spec": spec.model_dump(mode="json"), "data_meta": data_meta or {}}
-
-
-def starting_checkpoint(uri: str | None) -> ray.train.Checkpoint | None:
-    """The checkpoint at ``uri`` (a path or an object store URI); None for none."""
-    return ray.train.Checkpoint(uri) if uri else None
 
 
 def start_from(loop: Callable, uri: str, config: dict) -> Any:

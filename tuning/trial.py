@@ -26,19 +26,17 @@ from ray.train import CheckpointConfig, RunConfig, UserCallback
 from ray.train.torch import TorchTrainer
 from ray.util.queue import Empty, Queue
 
-from api.schemas import REPORTS_UNIT, TrainSpec, TuneSpec
+from api.schemas import TrainSpec, TuneSpec
 from trainers import callbacks as run_callbacks
 from trainers import phases
 from trainers.failures import TrialFailed, classify
 from trainers.launch import EventsChannel
-from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback, seed_checkpoint, tune_stopping
+from trainers.ray_compat import TrainContextCallback, WorkerGroupCallback, seed_checkpoint
 from trainers.trainer import build_trainer, load_entrypoint
 from trainers.user_loop import refusing_tune_calls
-from tuning.population import Alignment
-from tuning.trial_ranks import TrialRanks, run_warm
+from tuning.reports import TrialReports
 
 POLL_S = 0.2
-REPORTS_KEY = "raydock_reports"
 
 
 class ForwardReports(UserCallback):
@@ -121,31 +119,6 @@ def _partial(fn: Callable, loop: Callable, checkpoint, trial_id: str) -> Callabl
     return train_loop_per_worker
 
 
-class TrialReports:
-    """What the trainable does with each report of its loop, on either path: check it,
-    count it (Tune's count goes on from the checkpoint the trial starts from; each
-    checkpoint carries the count it was reported at), hand it to Tune with its
-    checkpoint, then wait at a perturbation point with the population."""
-
-    def __init__(self, search: TuneSpec, trial_id: str, start, population, should_stop=None) -> None:
-        self.metric, self.unit = search.metric, search.unit
-        self.count = int((start.get_metadata() if start is not None else {}).get(REPORTS_KEY, 0))
-        self.align = None
-        if population is not None:
-            interval, budget = search.pbt.perturbation_interval, search.budget_amount
-            self.align = Alignment(population, trial_id, interval, budget, should_stop)
-
-    def forward(self, metrics: dict[str, Any], checkpoint) -> None:
-        _check_report(metrics, self.metric, self.unit)
-        self.count += 1
-        if checkpoint is not None:
-            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
-            checkpoint.set_metadata({REPORTS_KEY: self.count})
-        tune.report(metrics, checkpoint=checkpoint)
-        if self.align is not None:
-            self.align.after_report(self.count if self.unit == REPORTS_UNIT else metrics[self.unit])
-
-
 def run_trial(
     config: dict[str, Any],
     *,
@@ -153,10 +126,10 @@ def run_trial(
     storage_path: str,
     population=None,
     channel: EventsChannel | None = None,
-    warm: bool = False,
 ) -> None:
-    """The trainable: ``config`` holds this trial's values (dotted path -> value).
-    ``warm``: the trial's workers run as local ranks (``tuning.trial_ranks``)."""
+    """The trainable of a cold trial: ``config`` holds this trial's values (dotted path ->
+    value); its workers are a Ray Train run's (a warm trial's trainable is
+    ``tuning.trial_ranks.run_warm_trial``)."""
     search = TuneSpec.model_validate(spec)
     trial_spec = search.trial_spec(config)
     trial_id = tune.get_context().get_trial_id()
@@ -164,9 +137,6 @@ def run_trial(
     # last checkpoint, but a clone must start from its donor's.
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
     start = tune.get_checkpoint()
-    if warm:
-        reports = TrialReports(search, trial_id, start, population, tune_stopping)
-        return run_warm(TrialRanks(trial_spec, run_name, storage_path, trial_id, start, channel, reports.forward))
     reports = TrialReports(search, trial_id, start, population)
     queue: Queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     trainer = trial_trainer(trial_spec, run_name, storage_path, queue, start, trial_id, channel)
@@ -193,27 +163,3 @@ def run_trial(
     if failure:
         why = classify(failure[0])
         raise TrialFailed(why.cause.value, why.message, why.traceback) from None
-
-
-def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
-    """The trainable of a search whose base is a Ray Tune function trainable
-    (``trainable: function``): the user's function, called with the trial's ``config``
-    (base.config with the searched values put in). It reports with ``tune.report`` and
-    restores with ``tune.get_checkpoint()`` itself; its errors read as its own."""
-    trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
-    fn = load_entrypoint(trial_spec.entrypoint)
-    try:
-        return fn(dict(trial_spec.config)) if inspect.signature(fn).parameters else fn()
-    except Exception as exc:  # noqa: BLE001 - classified, as a Train loop's failure is
-        why = classify(exc)
-        raise TrialFailed(why.cause.value, why.message, why.traceback) from None
-
-
-def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:
-    missing = [k for k in (metric, unit) if k not in metrics and k != REPORTS_UNIT]
-    if missing:
-        raise ValueError(
-            f"the trial's loop reported {sorted(metrics)} without {' and '.join(repr(k) for k in missing)}. "
-            f"A search needs its metric and its budget unit ({unit!r}) in every ray.train.report; "
-            "report them, or change `metric` / `budget`."
-        )

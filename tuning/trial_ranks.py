@@ -25,9 +25,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import uuid
 from typing import Any, Callable
 
 import ray
+from ray import tune
 from ray.train import CheckpointConfig
 
 from api.local_ranks import cold_reason
@@ -36,8 +38,11 @@ from trainers import events, phases, ray_compat
 from trainers.callbacks import run_seq
 from trainers.failures import TrialFailed
 from trainers.launch import EventsChannel
+from trainers.loops import builtin_loop_name
 from trainers.ranks import RankRunner, RanksFailed
 from trainers.user_loop import refusing_tune_calls
+from trainers.zygote.hosted import host_context
+from tuning.reports import TrialReports
 
 
 def trial_cpus(spec: TuneSpec) -> float:
@@ -57,7 +62,7 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
     if not sys.platform.startswith("linux"):
         return "local ranks are forked, which needs Linux"
     if spec.trainable == "function":
-        return "a function trainable runs as one Tune trainable per trial, with no workers to fork"
+        return "a function trainable runs in its Tune trainable's process, one per trial, with no workers to fork"
     if spec.base.scaling.use_gpu:
         return "GPU trials keep Ray Train's worker actors (the trainable would hold every GPU of the trial)"
     why = cold_reason(spec.base)
@@ -76,6 +81,7 @@ class TrialRanks(RankRunner):
     trainable, kept with it): a fork of a process with other threads may hang."""
 
     forks_from_here = False
+    loops_by_name = True
 
     def __init__(
         self,
@@ -93,13 +99,20 @@ class TrialRanks(RankRunner):
         self.book = ray_compat.checkpoint_book(self.storage, CheckpointConfig(num_to_keep=None))
         loop = self.loop
         self.loop = functools.partial(refusing_tune_calls, loop)
-        self.loop.__module__ = getattr(loop, "__module__", "trainers")  # what the forkserver imports for the ranks
+        self.loop.__module__ = _loop_module(spec)  # what the rank host or forkserver imports for the ranks
         self.start_checkpoint, self.trial_id, self.acks = start, trial_id, True
         self.should_stop = ray_compat.tune_stopping
         self.channel, self.forward = channel, forward
 
     def _events(self) -> Any:
         return _RetryLines()
+
+    def _context(self):
+        """The node's warm process forks the ranks (its rank host for this trainable, which
+        has torch and Ray Train imported already); a forkserver of this process when it cannot."""
+        modules = [getattr(self.loop, "__module__", "trainers")]
+        hosted = host_context(modules, ray_compat.session_dir(), ray.get_runtime_context().gcs_address)
+        return hosted if hosted is not None else super()._context()
 
     def _report(self, metrics: dict, checkpoint_name: str | None) -> None:
         checkpoint = None
@@ -121,12 +134,34 @@ class TrialRanks(RankRunner):
         self.groups += 1
 
 
+def _loop_module(spec) -> str:
+    """A built-in loop's module (handed on by name), imported once for the ranks."""
+    return "trainers" if spec.is_user_code else builtin_loop_name(spec).split(":")[0]
+
+
 class _RetryLines:
     """A retried start of a trial's ranks: a line in the trial's log (a trial has no job events)."""
 
     def after_exception(self, run_context, worker_exceptions: dict) -> None:
         for rank, exc in worker_exceptions.items():
             print(f"raydock: local rank {rank} failed ({exc}); starting the ranks again", file=sys.stderr, flush=True)
+
+
+def run_warm_trial(
+    config: dict[str, Any], *, spec: dict[str, Any], storage_path: str, population=None, channel=None
+) -> None:
+    """The trainable of a warm trial: ``config`` holds this trial's values (dotted path ->
+    value). This module imports neither torch nor the loop: the trainable's process (a
+    new Ray worker per trainable) only hands the loop to ranks forked elsewhere."""
+    search = TuneSpec.model_validate(spec)
+    trial_spec = search.trial_spec(config)
+    trial_id = tune.get_context().get_trial_id()
+    # A fresh run name per start: a run of the same name resumes from its own last
+    # checkpoint, but a clone must start from its donor's.
+    run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"
+    start = tune.get_checkpoint()
+    reports = TrialReports(search, trial_id, start, population, ray_compat.tune_stopping)
+    return run_warm(TrialRanks(trial_spec, run_name, storage_path, trial_id, start, channel, reports.forward))
 
 
 def run_warm(runner: TrialRanks) -> None:

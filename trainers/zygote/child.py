@@ -26,6 +26,7 @@ import sys
 import traceback
 from typing import NoReturn
 
+from api.cluster_contract import RANK_HOST_MODULE
 from trainers.zygote.protocol import send_line
 
 DEFAULT_HANDLERS = {
@@ -46,7 +47,8 @@ def become_driver(
     try:
         _take_process(request, fds, inherited, base_path)
         _end_with_client(conn)
-        print(f"raydock: warm start, driver {os.getpid()} forked from warm process {os.getppid()}", file=sys.stderr)
+        if request["module"] != RANK_HOST_MODULE:  # a trial's rank host: its trainable says so
+            print(f"raydock: warm start, driver {os.getpid()} forked from warm process {os.getppid()}", file=sys.stderr)
         code = _run(request["module"], request.get("argv") or [])
     except BaseException:  # noqa: BLE001 - whatever happens, the client hears an exit code
         traceback.print_exc()

@@ -57,6 +57,23 @@ def warm(module: str, args: list[str]) -> int | None:
     if not os.path.exists(path := socket_path(session)):
         os.environ[START_ENV] = path  # the cold driver starts this node's pool for the next job
         return None
+    supervisors, unknown = peer.pool_actors()
+    if unknown:
+        print(f"raydock: cannot check who answers on {path} ({unknown}); starting cold", file=sys.stderr)
+        return None
+    asked = ask(path, supervisors, module, args, [0, 1, 2])
+    if isinstance(asked, str):
+        print(f"raydock: {asked}; starting cold", file=sys.stderr)
+        return None
+    reader, pid = asked
+    return _follow(reader, pid)
+
+
+def ask(path: str, supervisors: set[int], module: str, args: list[str], fds: list[int]) -> tuple[LineReader, int] | str:
+    """Ask the warm process at ``path`` (checked against the pool's ``supervisors``) to fork
+    a child running ``module`` with ``fds`` as its stdin, stdout and stderr and this
+    process's cwd and environment: the reader of its answers and the child's pid, or why
+    not (nothing ran then). The child lives while the returned reader's socket is open."""
     request = {
         "module": module,
         "argv": args,
@@ -68,36 +85,28 @@ def warm(module: str, args: list[str]) -> int | None:
         "root": ROOT,
         "code": code_version(ROOT),
     }
-    supervisors, unknown = peer.pool_actors()
-    if unknown:
-        print(f"raydock: cannot check who answers on {path} ({unknown}); starting cold", file=sys.stderr)
-        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_TIMEOUT_S)
         sock.connect(path)
         if reason := peer.distrust(sock, path, supervisors):
-            print(f"raydock: {path} is not this node's warm process ({reason}); starting cold", file=sys.stderr)
             sock.close()
-            return None
+            return f"{path} is not this node's warm process ({reason})"
         sock.settimeout(ACCEPT_TIMEOUT_S)
         try:
-            send_request(sock, request, [0, 1, 2])
+            send_request(sock, request, fds)
         except BrokenPipeError:
             pass  # refused before it read all of it: its answer says why
         reader = LineReader(sock)
         answer = reader.next()
     except (OSError, ValueError) as exc:
-        print(f"raydock: warm start unavailable ({type(exc).__name__}: {exc}); starting cold", file=sys.stderr)
         sock.close()
-        return None
+        return f"warm start unavailable ({type(exc).__name__}: {exc})"
     if not answer or not answer.get("accepted"):
-        reason = (answer or {}).get("reason", "no answer")
-        print(f"raydock: warm start refused ({reason}); starting cold", file=sys.stderr)
         sock.close()
-        return None
+        return f"warm start refused ({(answer or {}).get('reason', 'no answer')})"
     sock.settimeout(None)
-    return _follow(reader, int(answer["pid"]))
+    return reader, int(answer["pid"])
 
 
 def _follow(reader: LineReader, pid: int) -> int:

@@ -21,6 +21,7 @@ import os
 import socket
 import struct
 from pathlib import Path
+from typing import Iterator
 
 from api.cluster_contract import DRIVER_MODULES, WARM_IDLE_ENV, WARM_SOCKET_ENV
 
@@ -101,6 +102,19 @@ def recv_request(sock: socket.socket) -> tuple[dict, list[int]]:
             os.close(fd)
         raise
     return request, list(fds)
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """(pid, exit code) of each child of this process that has ended, without waiting; a
+    negative code: the signal that killed it."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, os.waitstatus_to_exitcode(status)
 
 
 def send_line(sock: socket.socket, message: dict) -> None:

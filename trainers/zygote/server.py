@@ -3,7 +3,8 @@
 It imports once what every driver imports (torch, ray.train, ray.train.torch, raydock's
 drivers: about 4.5 s on 2 cores), then listens on the node's unix socket
 (``trainers.zygote.protocol``) and forks one fresh child per job to be that job's driver
-(``trainers.zygote.child``). Jobs never share a process: what one job changes (globals,
+(``trainers.zygote.child``), or per search trial's trainable to be the rank host that
+forks the trial's local ranks (``trainers.zygote.rank_host``). Jobs never share a process: what one job changes (globals,
 environment, working directory, threads, CUDA) ends with its child.
 
 Forking is safe only from a single-threaded process with no CUDA context, so this
@@ -32,10 +33,25 @@ import sys
 import threading
 import time
 
+from api.cluster_contract import RANK_HOST_MODULE
 from trainers.own_imports import ROOT
-from trainers.zygote.protocol import DRIVERS, code_version, recv_request, send_line
+from trainers.zygote.protocol import DRIVERS, code_version, ended_children, recv_request, send_line
 
-PRELOAD = ("torch", "ray", "ray.train", "ray.train.torch", *DRIVERS.values())
+# With what local ranks import before their first step (trainers.ranks.preload), so a
+# driver or a trial's rank host forks them at once.
+PRELOAD = (
+    "torch",
+    "ray",
+    "ray.train",
+    "ray.train.torch",
+    *DRIVERS.values(),
+    "torch._dynamo",
+    "sklearn.datasets",
+    "trainers.rank_worker",
+    "trainers.classifier_loop",
+    "trainers.lm_loop",
+    RANK_HOST_MODULE,
+)
 ALREADY_SERVED = 3  # exit code: another warm process serves this socket
 PATH_TAKEN = 4  # exit code: the socket path names another socket than this process's
 REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
@@ -44,7 +60,7 @@ REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 class WarmProcess:
     def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...] = ()):
         self.path, self.stats_path = path, stats_path
-        self.modules = {*DRIVERS.values(), *modules}  # what a child may run as __main__
+        self.modules = {*DRIVERS.values(), RANK_HOST_MODULE, *modules}  # what a child may run as __main__
         self.parent = os.getppid()
         self.started = time.time()
         self.code = code_version(ROOT)
@@ -228,19 +244,12 @@ class WarmProcess:
         conn.close()
 
     def reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, code in ended_children() if self.children else ():
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(conn)
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             try:
                 send_line(conn, {"exit": code})  # the child said it first, unless it was killed
             except OSError:
