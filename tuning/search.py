@@ -190,8 +190,10 @@ def build_tuner(
             # the trial's restarts after exploits; each start forks fresh ranks. A cold
             # trial's trainable owns its Train run: a fresh actor per start keeps a paused
             # or cloned trial from reusing a run it no longer owns. A function trainable's
-            # actor is not kept either: with it kept, a PBT search over one left a
-            # quarter CPU held after it ended (seen once; not understood yet).
+            # actor is not kept either: with it kept, Tune removes many of the placement
+            # groups it asked for (a trial handed a cached actor cancels its own), and
+            # Ray 2.60 leaks a bundle's CPU in the raylet when one is removed while being
+            # prepared (ray#64693): a PBT search left a quarter CPU held after it ended.
             reuse_actors=warm,
         ),
         run_config=tune.RunConfig(
