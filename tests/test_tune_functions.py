@@ -1,6 +1,7 @@
 """Ray Tune function trainables as they are (``trainable: function``): a search over a
-function that calls ``tune.report`` and ``tune.get_checkpoint``, one process per trial,
-with PBT's clones and lineage, and a failing function that reads as its own error."""
+function that calls ``tune.report`` and ``tune.get_checkpoint``, one process per running
+trial (kept between trials and restarts), with PBT's clones and lineage, and a failing
+function that reads as its own error."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
 from tuning.function_trial import run_function_trial
+from tuning.placement import install_settled_removal
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -128,7 +129,7 @@ def trainable(
     """``run_trial`` (``run_warm_trial`` for a warm trial) with the search's spec, the trials' run storage, its population
     (which ``out`` hands the driver's callback too) and the trial's CPUs: a warm trial's
     trainable holds its workers' too (it forks them, ``tuning.trial_ranks``)."""
-    if spec.trainable == "function":  # the user's own Tune trainable, one process per trial
+    if spec.trainable == "function":  # the user's own Tune trainable, one process per running trial
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
         scaling = spec.base.scaling
         resources = scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
@@ -168,6 +169,7 @@ def build_tuner(
         random.seed(spec.seed)  # PBT draws its donors and perturbations from `random`
     path = experiment_path(storage_path, job_id)
     warm = trials_start_warm(spec, trial_ranks)
+    install_settled_removal()
     if tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=trainable(spec, job_id, storage_path, out, channel, warm), resume_unfinished=True
@@ -190,11 +192,11 @@ def build_tuner(
             # the trial's restarts after exploits; each start forks fresh ranks. A cold
             # trial's trainable owns its Train run: a fresh actor per start keeps a paused
             # or cloned trial from reusing a run it no longer owns. A function trainable's
-            # actor is not kept either: with it kept, Tune removes many of the placement
-            # groups it asked for (a trial handed a cached actor cancels its own), and
-            # Ray 2.60 leaks a bundle's CPU in the raylet when one is removed while being
-            # prepared (ray#64693): a PBT search left a quarter CPU held after it ended.
-            reuse_actors=warm,
+            # actor is kept too (Tune's own default for them), its function started afresh
+            # each time. Kept actors make Tune drop placement groups it asked for, which
+            # tuning.placement removes only once placed (Ray 2.60 leaks a bundle's CPU
+            # otherwise).
+            reuse_actors=warm or spec.trainable == "function",
         ),
         run_config=tune.RunConfig(
             name=job_id,
