@@ -191,3 +191,28 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_warm_process_whose_supervisor_dies_during_its_imports_leaves(tmp_path):
+    """The supervisor is the one before the seconds of imports: if it dies in them, the
+    warm process sees it gone once it would serve, and leaves (no orphan on the node)."""
+    session = tmp_path / "session"
+    (session / "logs").mkdir(parents=True)
+    spawn = (
+        "import os, subprocess, sys; "
+        f"p = subprocess.Popen([sys.executable, '-m', 'trainers.zygote.server', '--socket', {socket_path(str(session))!r}, "
+        "'--parent', str(os.getpid())], "
+        f"stdout=open({str(tmp_path / 'warm.out')!r}, 'wb'), stderr=subprocess.STDOUT); print(p.pid)"
+    )
+    # The supervisor starts the warm process and exits at once, in the middle of its imports.
+    done = subprocess.run(
+        [sys.executable, "-c", spawn], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
+    pid = int(done.stdout)
+    deadline = time.monotonic() + 120
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("the warm process outlived its supervisor, which died during its imports")
+        time.sleep(0.2)
+    assert "imported torch" in (tmp_path / "warm.out").read_text()  # it left after its imports, not at its start

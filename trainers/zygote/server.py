@@ -58,10 +58,11 @@ REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 
 
 class WarmProcess:
-    def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...] = ()):
+    def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...] = (), parent: int | None = None):
         self.path, self.stats_path = path, stats_path
         self.modules = {*DRIVERS.values(), RANK_HOST_MODULE, *modules}  # what a child may run as __main__
-        self.parent = os.getppid()
+        # The supervisor as it was before the imports: one that died during them is seen gone.
+        self.parent = os.getppid() if parent is None else parent
         self.started = time.time()
         self.code = code_version(ROOT)
         # The install's own import path, without this process's cwd and PYTHONPATH entries.
@@ -288,10 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="the unix socket to listen on")
     parser.add_argument("--stats", help="a JSON file this process keeps its facts in")
     parser.add_argument("--allow", action="append", default=[], help="another module a child may run (tests)")
+    parser.add_argument("--parent", type=int, help="the supervisor's pid: this process leaves once it is gone")
     args = parser.parse_args(argv)
+    # Named by the supervisor, or the parent now: either way from before the seconds of
+    # imports, in which the supervisor may die (then its pid is no longer the parent's).
+    parent = args.parent if args.parent else os.getppid()
     took = preload()
     print(f"imported {', '.join(PRELOAD)} in {took:.2f}s", flush=True)
-    WarmProcess(args.socket, args.stats, tuple(args.allow)).serve()
+    WarmProcess(args.socket, args.stats, tuple(args.allow), parent=parent).serve()
     return 0
 
 

@@ -59,7 +59,8 @@ class Supervisor:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.stats_path)
         return subprocess.Popen(
-            [sys.executable, "-m", "trainers.zygote.server", "--socket", self.socket_path, "--stats", self.stats_path],
+            [sys.executable, "-m", "trainers.zygote.server", "--socket", self.socket_path, "--stats", self.stats_path]
+            + ["--parent", str(os.getpid())],
             env=env,
             cwd=os.path.dirname(self.socket_path),
             stdin=subprocess.DEVNULL,
