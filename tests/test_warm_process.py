@@ -163,12 +163,9 @@ def test_a_driver_ends_with_its_client_when_its_warm_process_is_gone(tmp_path_fa
         proc.wait(10)
     assert _alive(pid)  # a running driver goes on when its warm process leaves
     reader.sock.close()
-    deadline = time.monotonic() + 10
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.killpg(pid, signal.SIGKILL)
-            pytest.fail("the driver outlived its client once its warm process was gone")
-        time.sleep(0.05)
+    if not _gone_within(pid, 10):
+        os.killpg(pid, signal.SIGKILL)
+        pytest.fail("the driver outlived its client once its warm process was gone")
 
 
 def _wait_for_output(out: Path, text: str) -> None:
@@ -183,6 +180,16 @@ def test_another_python_or_other_code_is_refused_before_anything_runs(warm, tmp_
     answer, _, out = start(session, ["look"], tmp_path, python="/usr/bin/python3-elsewhere")
     assert answer["accepted"] is False and "another Python" in answer["reason"]
     assert out.read_text() == ""
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` ended (or is a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -209,10 +216,7 @@ def test_a_warm_process_whose_supervisor_dies_during_its_imports_leaves(tmp_path
         [sys.executable, "-c", spawn], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
     )
     pid = int(done.stdout)
-    deadline = time.monotonic() + 120
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            pytest.fail("the warm process outlived its supervisor, which died during its imports")
-        time.sleep(0.2)
+    if not _gone_within(pid, 120):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the warm process outlived its supervisor, which died during its imports")
     assert "imported torch" in (tmp_path / "warm.out").read_text()  # it left after its imports, not at its start
