@@ -192,7 +192,7 @@ def build_tuner(
             # the trial's restarts after exploits; each start forks fresh ranks. A cold
             # trial's trainable owns its Train run: a fresh actor per start keeps a paused
             # or cloned trial from reusing a run it no longer owns. A function trainable's
-            # actor is kept too (Tune's own default for them), its function started afresh
+            # actor is kept too (not Tune's default in Ray 2.60), its function started afresh
             # each time. Kept actors make Tune drop placement groups it asked for, which
             # tuning.placement removes only once placed (Ray 2.60 leaks a bundle's CPU
             # otherwise).
