@@ -13,8 +13,8 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
+from trainers.ray_compat import install_settled_removal
 from tuning.function_trial import run_function_trial
-from tuning.placement import install_settled_removal
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -194,8 +194,8 @@ def build_tuner(
             # or cloned trial from reusing a run it no longer owns. A function trainable's
             # actor is kept too (not Tune's default in Ray 2.60), its function started afresh
             # each time. Kept actors make Tune drop placement groups it asked for, which
-            # tuning.placement removes only once placed (Ray 2.60 leaks a bundle's CPU
-            # otherwise).
+            # ray_compat's SettledRemoval removes only once placed (Ray 2.60 leaks a
+            # bundle's CPU otherwise).
             reuse_actors=warm or spec.trainable == "function",
         ),
         run_config=tune.RunConfig(
