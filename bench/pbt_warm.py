@@ -28,17 +28,19 @@ and, on the noisy quadratic, trial-epochs to its target of PBT against random se
 (``bench.pbt_vs_random``'s sweep and searches, on Tune directly; target <= 0.5x).
 
 What the hand-written script does differently from raydock's search: its trials train in
-Tune's trainable process (no Ray Train controller or worker group per trial, so digits
-trains the same model, data, optimizer and batches without DDP); Tune's
+Tune's trainable process itself (raydock's digits trials in a local rank its trainable
+forks, under Ray Train's local mode; the script trains the same model, data, optimizer and
+batches without DDP); Tune's
 synchronous PBT holds the population at each perturbation point (raydock's digits search
 holds its Train loops there with its own population actor and Tune's asynchronous PBT;
 its function trainables use Tune's synchronous PBT too); nothing streams events to a
 server, no launch file, no first-report watchdog, checkpoints stay in a local directory
 (raydock's in the job's storage prefix). It starts a fresh trainable per trial start and
-restart (Tune's default ``reuse_actors=False``), as raydock's nqm search does; raydock's
-digits search keeps its trainables between trials and restarts (``reuse_actors``) and
-forks each trial's ranks from a child of the node's warm process. Both run Tune's
-synchronous PBT with raydock's two fixes for its waits for ever (``tuning.schedulers``).
+restart (Tune's default ``reuse_actors=False``); raydock's searches keep their trainables
+between trials and restarts (``reuse_actors``): the nqm search's trainable calls the
+function afresh in the kept process, the digits search's forks each start's ranks from a
+child of the node's warm process. Both run Tune's synchronous PBT with raydock's two fixes
+for its waits for ever (``tuning.schedulers``).
 """
 
 from __future__ import annotations
