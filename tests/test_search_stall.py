@@ -14,7 +14,7 @@ import pytest
 
 from api.client import Client
 from bench.harness.waiting import wait_for
-from tests.support.specs import search, user_spec
+from tests.support.specs import function_pbt_search
 from tuning.stall import StallWatch, fits, stall_limit_s, stall_reason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,22 +66,17 @@ def test_the_guard_time_is_the_searchs_own_else_the_servers(monkeypatch):
 
 
 def early_end_search(marks: Path) -> dict:
-    base = user_spec("userpkg.tune_sync:early_end", config={"lr": 0.1, "dir": str(marks), "interval": 3, "trials": 3})
-    base["scaling"] = {"cpus_per_worker": 0.25}
-    spec = search(
-        base=base,
-        trainable="function",
-        search_space={"config.lr": {"type": "loguniform", "low": 0.01, "high": 0.4}},
-        algorithm="pbt",
-        pbt={"perturbation_interval": 3, "quantile_fraction": 0.5},
-        metric="loss",
-        mode="min",
+    config = {"lr": 0.1, "dir": str(marks), "interval": 3, "trials": 3}
+    return function_pbt_search(
+        "userpkg.tune_sync:early_end",
+        config,
+        cpus=0.25,
+        lr=(0.01, 0.4),
+        interval=3,
         num_trials=3,
-        budget={"reports": 6},
+        reports=6,
         stall_timeout_s=60,
     )
-    spec.pop("driver_cpus_per_trial")
-    return spec
 
 
 def test_a_trial_that_ends_short_of_the_synchronous_perturbation_point_leaves_no_one_waiting(client: Client, tmp_path):

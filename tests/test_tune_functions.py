@@ -13,27 +13,13 @@ from api.schemas import TuneSpec
 from bench.harness.waiting import wait_for
 from service.scheduling import admission
 from tests.support.session import CLUSTER_CPUS
-from tests.support.specs import FIXTURES, search, user_spec
+from tests.support.specs import FIXTURES, function_pbt_search, search, user_spec
 
 FUNCTION = "userpkg.tune_fn:trainable"
 
 
 def function_search(entrypoint: str = FUNCTION, **overrides) -> dict:
-    base = user_spec(entrypoint, config={"lr": 0.01})
-    base.pop("scaling")
-    base["scaling"] = {"cpus_per_worker": 0.5}
-    spec = search(
-        base=base,
-        trainable="function",
-        search_space={"config.lr": {"type": "loguniform", "low": 0.001, "high": 0.4}},
-        algorithm="pbt",
-        pbt={"perturbation_interval": 2, "quantile_fraction": 0.5},
-        metric="loss",
-        mode="min",
-        num_trials=4,
-        budget={"reports": 8},
-    )
-    spec.pop("driver_cpus_per_trial")
+    spec = function_pbt_search(entrypoint, {"lr": 0.01}, cpus=0.5, lr=(0.001, 0.4), interval=2, num_trials=4, reports=8)
     spec.update(overrides)
     return spec
 

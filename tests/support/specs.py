@@ -61,3 +61,32 @@ def steps_search(scaling: dict, **overrides) -> dict:
         budget={"steps": 100_000},
         **overrides,
     )
+
+
+def function_pbt_search(
+    entrypoint: str,
+    config: dict,
+    *,
+    cpus: float,
+    lr: tuple[float, float],
+    interval: int,
+    num_trials: int,
+    reports: int,
+    **overrides,
+) -> dict:
+    """A PBT search over a Ray Tune function trainable of the fixtures (``trainable: function``)
+    minimising its ``loss`` over ``config.lr``: one process of ``cpus`` CPUs per trial, no driver."""
+    spec = search(
+        base=user_spec(entrypoint, config=config, scaling={"cpus_per_worker": cpus}),
+        trainable="function",
+        search_space={"config.lr": {"type": "loguniform", "low": lr[0], "high": lr[1]}},
+        algorithm="pbt",
+        pbt={"perturbation_interval": interval, "quantile_fraction": 0.5},
+        metric="loss",
+        mode="min",
+        num_trials=num_trials,
+        budget={"reports": reports},
+        **overrides,
+    )
+    spec.pop("driver_cpus_per_trial")
+    return spec
