@@ -98,6 +98,28 @@ def test_pbt_over_a_tune_function_trainable_clones_the_best_beats_the_worst_and_
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 60, "every CPU to be free after the search")
 
 
+def test_the_wait_for_a_kept_function_is_the_jobs_own_when_its_env_vars_set_it():
+    from tuning.search_driver import trainables_runtime_env
+
+    assert trainables_runtime_env({}) == {"env_vars": {"TUNE_FUNCTION_THREAD_TIMEOUT_S": "30"}}
+    # Ray refuses a key the job's runtime_env and ray.init's both set: the job's own stands.
+    assert trainables_runtime_env({"TUNE_FUNCTION_THREAD_TIMEOUT_S": "5"}) is None
+
+
+@pytest.mark.slow
+def test_a_function_trainables_process_is_kept_for_the_next_trial_and_waits_30_s_for_the_function(client: Client):
+    # Tune reads TUNE_FUNCTION_THREAD_TIMEOUT_S in the trainable's process when it resets it
+    # for another trial; the search's driver puts it in the job's environment.
+    spec = function_search("userpkg.tune_fn:environment", algorithm="random", pbt=None, num_trials=2)
+    job = client.submit({**spec, "max_concurrent_trials": 1, "budget": {"reports": 1}})
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert [t.status for t in trials] == ["TERMINATED"] * 2
+    assert [t.last_metrics["thread_timeout_s"] for t in trials] == [30.0, 30.0]
+    assert trials[0].last_metrics["process_id"] == trials[1].last_metrics["process_id"]  # reuse_actors: one process
+
+
 @pytest.mark.long  # tests/test_tune_any_loop.py reads a failing Train trial by default
 def test_a_failing_function_trial_reads_as_the_users_exception(client: Client):
     job = client.submit(function_search("userpkg.tune_fn:boom", algorithm="random", pbt=None, num_trials=1))

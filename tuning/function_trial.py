@@ -5,7 +5,6 @@ process imports ray.tune and the user's function, nothing more."""
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
 
 from api.schemas import TuneSpec
@@ -18,9 +17,6 @@ def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
     (``trainable: function``): the user's function, called with the trial's ``config``
     (base.config with the searched values put in). It reports with ``tune.report`` and
     restores with ``tune.get_checkpoint()`` itself; its errors read as its own."""
-    # Tune waits this long (its default 2 s) for the function to return when it keeps this
-    # process for another trial or this trial's restart: it returns at its next report.
-    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", "30")
     trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
     fn = load_entrypoint(trial_spec.entrypoint)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -35,6 +36,13 @@ NO_RESTORE_NOTE = (
     "so a trial that clones another starts the loop over with the donor's hyperparameters only. "
     "Restore the model (and optimizer) from ray.train.get_checkpoint() at the loop's start to continue from the donor."
 )
+
+# Tune waits this long (its default 2 s) for a function trainable's function to return when
+# it keeps the trainable's process for another trial or the trial's restart: the function
+# returns at its next report. Tune reads it in the trainable's process, which gets the Ray
+# job's environment, not this process's: it goes into the job's runtime_env at ray.init,
+# unless the job's own env_vars set it (Ray refuses a key set twice).
+TRAINABLE_ENV = {"TUNE_FUNCTION_THREAD_TIMEOUT_S": "30"}
 
 STALLED_DETAIL = (
     "{}. Every trial left was PAUSED or PENDING while the cluster had room for one, so Tune would never have "
@@ -66,7 +74,7 @@ def run_search(
         out.note = NO_RESTORE_NOTE.format(entrypoint=spec.base.entrypoint)
         print(out.note, file=sys.stderr, flush=True)
     try:
-        ray.init(address="auto", log_to_driver=True)
+        ray.init(address="auto", log_to_driver=True, runtime_env=trainables_runtime_env(os.environ))
         results = build_tuner(spec, job_id, storage_path, out, channel, trial_ranks).fit()
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
@@ -112,6 +120,13 @@ def run_search(
     out.best_trial(object_store.uri_of(checkpoint.filesystem, checkpoint.path) if checkpoint else None)
     events.flush()
     return 0
+
+
+def trainables_runtime_env(environ: Mapping[str, str]) -> dict | None:
+    """What this driver adds to its Ray job's runtime_env: ``TRAINABLE_ENV`` but for what
+    the job's own env_vars, which are in this driver's environment ``environ``, set."""
+    own = {k: v for k, v in TRAINABLE_ENV.items() if k not in environ}
+    return {"env_vars": own} if own else None
 
 
 def _best_checkpoint(results, trial_id: str, spec: TuneSpec) -> Any:
