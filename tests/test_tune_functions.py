@@ -107,6 +107,7 @@ def test_the_wait_for_a_kept_function_is_the_jobs_own_when_its_env_vars_set_it()
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two trials one after the other, 30-65 s on a loaded 2-core machine
 def test_a_function_trainables_process_is_kept_for_the_next_trial_and_waits_30_s_for_the_function(client: Client):
     # Tune reads TUNE_FUNCTION_THREAD_TIMEOUT_S in the trainable's process when it resets it
     # for another trial; the search's driver puts it in the job's environment.
