@@ -35,9 +35,10 @@ holds its Train loops there with its own population actor and Tune's asynchronou
 its function trainables use Tune's synchronous PBT too); nothing streams events to a
 server, no launch file, no first-report watchdog, checkpoints stay in a local directory
 (raydock's in the job's storage prefix). It starts a fresh trainable per trial start and
-restart (Tune's default ``reuse_actors=False``), as raydock's nqm search does; raydock's
-digits search keeps its trainables between trials and restarts (``reuse_actors``) and
-forks each trial's ranks from a child of the node's warm process. Both run Tune's
+restart (Tune's default ``reuse_actors=False``); raydock's searches keep their trainables
+between trials and restarts (``reuse_actors``): the nqm search's paused trials wait for their
+restarts in their own processes, and the digits search forks each trial's ranks from a
+child of the node's warm process. Both run Tune's
 synchronous PBT with raydock's two fixes for its waits for ever (``tuning.schedulers``).
 """
 
