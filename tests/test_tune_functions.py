@@ -114,11 +114,14 @@ def test_pbt_over_a_tune_function_trainable_clones_the_best_beats_the_worst_and_
 
 @pytest.mark.slow
 def test_synchronous_pbt_over_a_function_starts_no_process_for_a_restart_and_clones_go_on_from_their_donors(
-    client: Client,
+    client: Client, tmp_path
 ):
-    # Tune's synchronous PBT pauses every trial at each perturbation point; Tune kept none of
-    # their processes for the restarts (a new one each, most of a clone's wait for its report).
-    job = client.submit(function_search("userpkg.tune_fn:naming_its_process"))
+    # Tune's synchronous PBT pauses every trial at each perturbation point; Tune kept one of
+    # their processes for the restarts (a new one for each other, most of a clone's wait for
+    # its report).
+    spec = function_search("userpkg.tune_fn:naming_its_process")
+    spec["base"]["config"].update(dir=str(tmp_path), trials=spec["num_trials"])
+    job = client.submit(spec)
     job.wait(timeout=600)
     assert job.status.value == "SUCCEEDED", job.info.error
     trials = job.trials()
