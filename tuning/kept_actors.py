@@ -1,12 +1,13 @@
 """A paused trial keeps its trainable's process for its restart (``reuse_actors``), when
-the search's scheduler asks for it (``keeps_paused_actors``: PBT over function trainables).
+the search's scheduler asks for it (``keeps_paused_actors``: PBT over function trainables
+whose whole population runs at once).
 
-Tune caches a stopped or paused trial's actor only while another trial waits to be placed
-with the same resources, and never once its searcher has made every trial. Synchronous
-PBT pauses the whole population at each perturbation point with none waiting, so every
-restart (each clone's and each kept trial's) started a new process: 21 to 27 for an
-8-trial search, the better part of a second between an exploit decision and the clone's
-next report. Here a pause keeps the actor in Tune's cache and reserves a place there for
+Tune caches a stopped or paused trial's actor only for a trial waiting to be placed with
+the same resources, or one actor when nothing else is cached (none once its searcher has
+made every trial). Synchronous PBT pauses the whole population at each perturbation point
+with none waiting, so all restarts but one (each clone's and each kept trial's) started a
+new process: 21 to 27 for an 8-trial search, the better part of a second between an
+exploit decision and the clone's next report. Here a pause keeps the actor in Tune's cache and reserves a place there for
 it; the trial's restart (any restart of those resources) takes it back through Tune's own
 path (``reset``, restore from the checkpoint, ``train``), and the reservation goes with
 it. A trial whose own process is being started does not take a kept one (Tune would hand

@@ -79,8 +79,10 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
         # perturbation point (tuning.population does for Train loops): Tune's synchronous
         # PBT waits for the whole population there instead.
         synch=spec.trainable == "function" and options.align and spec.concurrency >= spec.num_trials,
-        # A function trainable's process waits, paused, for its restart (tuning.kept_actors).
-        keeps_paused_actors=spec.trainable == "function",
+        # A function trainable's process waits, paused, for its restart (tuning.kept_actors)
+        # where the whole population runs at once: a kept process never holds the CPUs a
+        # trial that waits for its first needs.
+        keeps_paused_actors=spec.trainable == "function" and spec.concurrency >= spec.num_trials,
     )
     if spec.algorithm == "pb2":
         return RecordingPB2(hyperparam_bounds={p: [d.low, d.high] for p, d in space.items()}, **common)
