@@ -37,10 +37,10 @@ its function trainables use Tune's synchronous PBT too); nothing streams events 
 server, no launch file, no first-report watchdog, checkpoints stay in a local directory
 (raydock's in the job's storage prefix). It starts a fresh trainable per trial start and
 restart (Tune's default ``reuse_actors=False``); raydock's searches keep their trainables
-between trials and restarts (``reuse_actors``): the nqm search's trainable calls the
-function afresh in the kept process, the digits search's forks each start's ranks from a
-child of the node's warm process. Both run Tune's synchronous PBT with raydock's two fixes
-for its waits for ever (``tuning.schedulers``).
+between trials and restarts (``reuse_actors``): the nqm search's paused trials wait for their
+restarts in their own processes, and the digits search forks each trial's ranks from a
+child of the node's warm process. Both run Tune's
+synchronous PBT with raydock's two fixes for its waits for ever (``tuning.schedulers``).
 """
 
 from __future__ import annotations

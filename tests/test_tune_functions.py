@@ -121,6 +121,33 @@ def test_a_function_trainables_process_is_kept_for_the_next_trial_and_waits_30_s
     assert trials[0].last_metrics["process_id"] == trials[1].last_metrics["process_id"]  # reuse_actors: one process
 
 
+@pytest.mark.slow
+def test_synchronous_pbt_over_a_function_starts_no_process_for_a_restart_and_clones_go_on_from_their_donors(
+    client: Client, tmp_path
+):
+    # Tune's synchronous PBT pauses every trial at each perturbation point; Tune kept one of
+    # their processes for the restarts (a new one for each other, most of a clone's wait for
+    # its report).
+    spec = function_search("userpkg.tune_fn:naming_its_process")
+    spec["base"]["config"].update(dir=str(tmp_path), trials=spec["num_trials"])
+    job = client.submit(spec)
+    job.wait(timeout=600)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert {t.status for t in trials} == {"TERMINATED"} and all(t.reports >= 8 for t in trials)
+    reports = {t.trial_id: job.trial_metrics(t.trial_id) for t in trials}
+    processes = {p.metrics["process"] for points in reports.values() for p in points}
+    first_starts = {points[0].metrics["process"] for points in reports.values()}
+    # Every restart (each clone's and each paused trial's) ran in a process of a first start.
+    assert processes == first_starts, f"{len(processes)} processes ran {len(trials)} trials"
+    lineage = job.lineage()
+    assert lineage, "PBT recorded no exploit"
+    for exploit in lineage:  # the clone's next report goes on from its donor's checkpoint
+        after = [p for p in reports[exploit.trial_id] if p.ts >= exploit.ts]
+        assert after and after[0].metrics["step"] == exploit.donor_time + 1, (exploit, after[:1])
+    wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 60, "every CPU to be free after the search")
+
+
 @pytest.mark.long  # tests/test_tune_any_loop.py reads a failing Train trial by default
 def test_a_failing_function_trial_reads_as_the_users_exception(client: Client):
     job = client.submit(function_search("userpkg.tune_fn:boom", algorithm="random", pbt=None, num_trials=1))

@@ -79,10 +79,30 @@ class _KeepsSynchMoving:
 class _RecordsExploits(_KeepsSynchMoving):
     """Mixin over PopulationBasedTraining: emits an ``exploit`` event per clone."""
 
-    def __init__(self, *args: Any, out: SearchEvents, room_for_all: bool, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, out: SearchEvents, room_for_all: bool, keeps_paused_actors: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._out = out
         self._room_for_all = room_for_all
+        # A paused trial keeps its process for its restart (tuning.kept_actors reads this).
+        self.keeps_paused_actors = keeps_paused_actors
+        self._clones: list = []  # exploited trials not restarted yet, in decision order
+
+    def choose_trial_to_run(self, tune_controller) -> Trial | None:
+        """Tune's choice (the trial furthest behind), except that a clone restarts before
+        the trials that only wait at the perturbation point: its next report is the one
+        an exploit waits for, and Tune restarts one trial per step of its loop."""
+        chosen = super().choose_trial_to_run(tune_controller)
+        self._clones = [t for t in self._clones if t.status in (Trial.PENDING, Trial.PAUSED)]
+        if chosen is None or chosen in self._clones:
+            return chosen
+        ready = [
+            t
+            for t in self._clones
+            if not self._synch or self._trial_state[t].last_train_time < self._next_perturbation_sync
+        ]
+        return ready[0] if ready else chosen
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         state = self._trial_state.get(trial)
@@ -113,6 +133,7 @@ class _RecordsExploits(_KeepsSynchMoving):
         # PBT copies the donor's clock onto the trial; read the trial's own first.
         trial_time = self._trial_state[trial].last_train_time
         super()._exploit(tune_controller, trial, trial_to_clone)
+        self._clones.append(trial)
         donor = self._trial_state[trial_to_clone]
         result = donor.last_result or {}
         checkpoint = donor.last_checkpoint

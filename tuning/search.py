@@ -15,6 +15,7 @@ from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform,
 from api.schemas.scaling import ACCELERATOR_PREFIX
 from trainers.ray_compat import install_settled_removal
 from tuning.function_trial import run_function_trial
+from tuning.kept_actors import install_kept_actors
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -78,6 +79,10 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
         # perturbation point (tuning.population does for Train loops): Tune's synchronous
         # PBT waits for the whole population there instead.
         synch=spec.trainable == "function" and options.align and spec.concurrency >= spec.num_trials,
+        # A function trainable's process waits, paused, for its restart (tuning.kept_actors)
+        # where the whole population runs at once: a kept process never holds the CPUs a
+        # trial that waits for its first needs.
+        keeps_paused_actors=spec.trainable == "function" and spec.concurrency >= spec.num_trials,
     )
     if spec.algorithm == "pb2":
         return RecordingPB2(hyperparam_bounds={p: [d.low, d.high] for p, d in space.items()}, **common)
@@ -170,6 +175,7 @@ def build_tuner(
     path = experiment_path(storage_path, job_id)
     warm = trials_start_warm(spec, trial_ranks)
     install_settled_removal()
+    install_kept_actors()
     if tune.Tuner.can_restore(path):
         return tune.Tuner.restore(
             path, trainable=trainable(spec, job_id, storage_path, out, channel, warm), resume_unfinished=True
@@ -193,7 +199,8 @@ def build_tuner(
             # trial's trainable owns its Train run: a fresh actor per start keeps a paused
             # or cloned trial from reusing a run it no longer owns. A function trainable's
             # actor is kept too (not Tune's default in Ray 2.60), its function started afresh
-            # each time. Kept actors make Tune drop placement groups it asked for, which
+            # each time, and a paused trial's waits for its restart (tuning.kept_actors).
+            # Kept actors make Tune drop placement groups it asked for, which
             # ray_compat's SettledRemoval removes only once placed (Ray 2.60 leaks a
             # bundle's CPU otherwise).
             reuse_actors=warm or spec.trainable == "function",
