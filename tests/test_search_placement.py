@@ -1,4 +1,4 @@
-"""A search's placement groups (``SettledRemoval`` in trainers/ray_compat.py): one Tune asked
+"""A search's placement groups (``SettledRemoval`` in trainers/tune_compat.py): one Tune asked
 for and no longer wants is removed only once Ray has placed it, never while the raylet may be
 preparing it (Ray 2.60 leaks the CPU of a bundle removed then), and the CPUs it held are free
 again after."""
@@ -24,7 +24,7 @@ CANCEL_AT_ONCE = textwrap.dedent(
     import ray
     from ray.air.execution.resources.request import ResourceRequest
     from ray.util import placement_group_table
-    from trainers.ray_compat import SettledRemoval
+    from trainers.tune_compat import SettledRemoval
 
     ray.init()
     manager = SettledRemoval(update_interval_s=0)

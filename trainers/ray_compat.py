@@ -3,20 +3,15 @@
 Things raydock needs have no public API in Ray 2.60: hooks when a worker group
 starts, a hook in each worker as it reports, a way to hand a run its starting
 checkpoint (Train V2 dropped ``resume_from_checkpoint``), Tune's once-per-process
-warning about its session API, re-armed, a decision Tune's controller holds for a trial
-(dropped when stale), whether an actor of this job is being created, and when Tune's
-controller removes a placement group it no longer wants (``SettledRemoval``). Everything
-else imports Ray's public surface only; when a Ray upgrade moves these, this module is the
-one place to change.
+warning about its session API, re-armed, and whether an actor of this job is being
+created. Tune's controller's own books are ``trainers.tune_compat``'s. Everything else
+imports Ray's public surface only; when a Ray upgrade moves these, this module and that
+one are the places to change.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
-
-import ray
-from ray.air.execution import PlacementGroupResourceManager
-from ray.util.placement_group import remove_placement_group
 
 try:
     # Ray Train's internal controller callback interface; RunConfig passes callbacks
@@ -263,16 +258,6 @@ def hold_like_a_train_run(requester_id: str, scaling: Any, num_workers: int) -> 
     return release
 
 
-def drop_cached_decision(tune_controller: Any, trial_id: str) -> None:
-    """Forget what Tune's controller meant to do with the trial once its save in flight
-    is in (``TuneController._cached_trial_decisions``), past the wrapper Tune hands its
-    schedulers. ``tuning.schedulers`` says when that decision is stale."""
-    controller = getattr(tune_controller, "_tune_controller", tune_controller)
-    pending = getattr(controller, "_cached_trial_decisions", None)
-    if isinstance(pending, dict):
-        pending.pop(trial_id, None)
-
-
 def job_actor_starting() -> bool:
     """Whether an actor of this process' Ray job is being created (GCS's actor table:
     waiting for its resources' dependencies or running its constructor)."""
@@ -287,60 +272,3 @@ def job_actor_starting() -> bool:
         )
     except Exception:  # noqa: BLE001 - the table unreadable: say nothing starts
         return False
-
-
-# ----------------------------------------------------------------------------- placement groups
-# Tune drops a placement group it asked for before it is ready whenever a trial that waits
-# for one is handed a cached actor instead (``reuse_actors``) or a waiting trial goes away.
-# Ray 2.60 leaks the CPU of a bundle whose placement group is removed while the raylet
-# prepares it (ray-project/ray#64693): the raylet counts it as used after every actor, group
-# and job of the search is gone, so a later search that needs the whole cluster queues for
-# ever. A group removed once placed goes through Ray's path for placed groups, which returns
-# its bundles. An unwanted group holds its CPUs only from its placement to the controller's
-# next step; one still unplaced when the search ends is removed then, as Tune does.
-
-
-class SettledRemoval(PlacementGroupResourceManager):
-    """Tune's placement-group manager, except that a group it asked for and no longer wants
-    waits, unplaced (its ``ready()`` future), until Ray places it, then goes. It works on
-    the manager's own books (``_request_to_staged_pgs``, ``_pg_to_staging_future``,
-    ``_staging_future_to_pg``, ``_pg_to_request``)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._unwanted: dict[ray.ObjectRef, Any] = {}  # ready() future -> placement group
-
-    def cancel_resource_request(self, resource_request: Any) -> None:
-        staged = self._request_to_staged_pgs[resource_request]
-        if not staged:  # a placed group: Tune's own removal returns its bundles
-            super().cancel_resource_request(resource_request)
-            return
-        pg = staged.pop()
-        future = self._pg_to_staging_future.pop(pg)
-        self._staging_future_to_pg.pop(future)
-        self._pg_to_request.pop(pg)
-        self._unwanted[future] = pg
-
-    def update_state(self) -> None:
-        super().update_state()
-        if self._unwanted:
-            placed, _ = ray.wait(list(self._unwanted), num_returns=len(self._unwanted), timeout=0)
-            for future in placed:
-                remove_placement_group(self._unwanted.pop(future))
-
-    def clear(self) -> None:
-        if ray.is_initialized():
-            for future, pg in self._unwanted.items():
-                remove_placement_group(pg)
-                ray.cancel(future)  # as Tune's own cancel: an unplaced group's ready() would wait for ever
-        self._unwanted = {}
-        super().clear()
-
-
-def install_settled_removal() -> None:
-    """Make Tune's controllers in this process build ``SettledRemoval`` as their manager:
-    they build it from a module-level name (the Tuner has no option for it), so only this
-    process's searches (the search driver's) are affected."""
-    from ray.tune.execution import tune_controller
-
-    tune_controller.PlacementGroupResourceManager = SettledRemoval

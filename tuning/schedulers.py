@@ -12,7 +12,7 @@ from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler
 from ray.tune.schedulers.pb2 import PB2
 
 from api import object_store
-from trainers.ray_compat import drop_cached_decision
+from trainers.tune_compat import drop_cached_decision
 from tuning.search_events import SearchEvents
 
 
@@ -85,7 +85,7 @@ class _RecordsExploits(_KeepsSynchMoving):
         super().__init__(*args, **kwargs)
         self._out = out
         self._room_for_all = room_for_all
-        # A paused trial keeps its process for its restart (tuning.kept_actors reads this).
+        # A paused trial keeps its process for its restart (trainers.tune_compat reads this).
         self.keeps_paused_actors = keeps_paused_actors
         self._clones: list = []  # exploited trials not restarted yet, in decision order
 

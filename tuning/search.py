@@ -13,9 +13,8 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
-from trainers.ray_compat import install_settled_removal
+from trainers.tune_compat import install_kept_actors, install_settled_removal
 from tuning.function_trial import run_function_trial
-from tuning.kept_actors import install_kept_actors
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -79,7 +78,7 @@ def scheduler(spec: TuneSpec, out: SearchEvents) -> TrialScheduler | None:
         # perturbation point (tuning.population does for Train loops): Tune's synchronous
         # PBT waits for the whole population there instead.
         synch=spec.trainable == "function" and options.align and spec.concurrency >= spec.num_trials,
-        # A function trainable's process waits, paused, for its restart (tuning.kept_actors)
+        # A function trainable's process waits, paused, for its restart (trainers.tune_compat)
         # where the whole population runs at once: a kept process never holds the CPUs a
         # trial that waits for its first needs.
         keeps_paused_actors=spec.trainable == "function" and spec.concurrency >= spec.num_trials,
@@ -199,9 +198,9 @@ def build_tuner(
             # trial's trainable owns its Train run: a fresh actor per start keeps a paused
             # or cloned trial from reusing a run it no longer owns. A function trainable's
             # actor is kept too (not Tune's default in Ray 2.60), its function started afresh
-            # each time, and a paused trial's waits for its restart (tuning.kept_actors).
+            # each time, and a paused trial's waits for its restart (trainers.tune_compat).
             # Kept actors make Tune drop placement groups it asked for, which
-            # ray_compat's SettledRemoval removes only once placed (Ray 2.60 leaks a
+            # tune_compat's SettledRemoval removes only once placed (Ray 2.60 leaks a
             # bundle's CPU otherwise).
             reuse_actors=warm or spec.trainable == "function",
         ),

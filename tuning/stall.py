@@ -14,7 +14,7 @@ from ray import tune
 
 from api.cluster_contract import SEARCH_STALL_ENV
 from trainers.ray_compat import job_actor_starting
-from tuning.kept_actors import places_kept
+from trainers.tune_compat import places_kept
 
 DEFAULT_STALL_S = 120.0
 CHECK_EVERY_S = 1.0  # Tune's loop calls back many times a second; the guard looks once a second
@@ -83,7 +83,7 @@ def room_for_one(trials: list) -> bool:
 
 def could_start(trials: list) -> bool:
     """A waiting trial would fit the cluster now (or a paused one's process is kept for
-    it, ``tuning.kept_actors``), and none is starting."""
+    it, ``trainers.tune_compat``), and none is starting."""
     # Tune keeps a trial it is starting (or restarting) PENDING until its trainable's actor is up.
     return (places_kept() > 0 or room_for_one(trials)) and not job_actor_starting()
 

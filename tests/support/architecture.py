@@ -32,7 +32,7 @@ FORBIDDEN_LIBRARIES = {
 }
 # trainers.zygote.peer: the warm-start client reads the GCS's actor table (ray._raylet's
 # GcsClient, ~0.5 s) before anything heavy; trainers.ray_compat imports ray.train (~5 s).
-RAY_INTERNALS_SEAM = {"trainers.ray_compat", "trainers.zygote.peer"}
+RAY_INTERNALS_SEAM = {"trainers.ray_compat", "trainers.tune_compat", "trainers.zygote.peer"}
 # The strategies apply a model's plan and never name a model: model-specific plans live
 # with the model (trainers.models.gpt.parallelize), as torchtitan keeps parallelize_llama
 # with Llama. Of trainers, the strategies import only themselves (so no trainers.models,
