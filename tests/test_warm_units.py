@@ -1,6 +1,7 @@
 """The warm-start pieces that need no process of their own: the socket protocol (a
 request and its file descriptors in, malformed ones refused), where the socket lives,
-the code version, and the environment a cold driver starts the pool with."""
+the code version, the environment a cold driver starts the pool with, and that the warm
+process's imports leave a search's driver nothing to import as Tune sets the search up."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import json
 import os
 import socket
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from trainers.zygote import pool
 from trainers.zygote.protocol import MAX_REQUEST_BYTES, LineReader, code_version, recv_request, send_line, send_request
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_request_travels_with_its_three_descriptors(tmp_path):
@@ -85,3 +91,31 @@ def test_a_job_in_its_own_environment_does_not_start_the_pool(monkeypatch, tmp_p
     monkeypatch.setenv(pool.START_ENV, str(tmp_path / "raydock" / "zygote.sock"))
     assert pool.start_if_asked() is False
     assert not (tmp_path / "raydock").exists()
+
+
+# After the warm process's imports, what Tune's set-up of a search imports in the driver
+# forked from it: the modules it imports that were not there yet, by top-level package.
+TUNE_SET_UP = """
+import sys
+from trainers.zygote import server
+server.preload()
+before = set(sys.modules)
+from ray import tune
+from ray.air._internal.usage import _count_callbacks
+from ray.tune.utils.callback import _create_default_callbacks
+_count_callbacks([tune.Callback()])  # Tune's usage tag of a run's callbacks
+_create_default_callbacks([tune.Callback()])  # its default loggers
+print(json.dumps(sorted({m.split(".")[0] for m in set(sys.modules) - before})))
+"""
+
+
+def test_a_search_driver_forked_warm_imports_nothing_as_tune_sets_up():
+    out = subprocess.run(
+        [sys.executable, "-c", "import json\n" + TUNE_SET_UP],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], out.stdout

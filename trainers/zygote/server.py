@@ -52,6 +52,16 @@ PRELOAD = (
     "trainers.lm_loop",
     RANK_HOST_MODULE,
 )
+# What Tune imports as a search's driver sets the search up, imported here when installed:
+# its usage tag of the run's callbacks imports Ray's tracker integrations (mlflow's takes
+# 1.5-8 s on 2 cores), and its default loggers tensorboardX.
+SEARCH_PRELOAD = (
+    "ray.air.integrations.comet",
+    "ray.air.integrations.mlflow",
+    "ray.air.integrations.wandb",
+    "ray.tune.logger.aim",
+    "tensorboardX",
+)
 ALREADY_SERVED = 3  # exit code: another warm process serves this socket
 PATH_TAKEN = 4  # exit code: the socket path names another socket than this process's
 REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
@@ -281,6 +291,9 @@ def preload() -> float:
     t0 = time.perf_counter()
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in SEARCH_PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     return time.perf_counter() - t0
 
 
