@@ -97,6 +97,11 @@ class ClusterInfo(BaseModel):
     cpus_free: float
     gpus_total: float
     gpus_free: float
+    usage_at: float | None = Field(
+        default=None,
+        description="When Ray counted the usage that cpus_free and gpus_free come from (Unix seconds; "
+        "its autoscaler's monitor counts every few seconds); None when Ray did not say.",
+    )
     autoscaler: AutoscalerPublic | None = Field(
         default=None, description="What the cluster's autoscaler can add; None when the cluster has no autoscaler."
     )

@@ -258,6 +258,7 @@ class RayBackend:
             cpus_free=cpu_total - cpu_used,
             gpus_total=gpu_total,
             gpus_free=gpu_total - gpu_used,
+            usage_at=_unix_time(status.get("time")),
             autoscaler=autoscaler_from_status(status, self.autoscaler_config, self.autoscaler_config_path),
         )
         self.last_cluster = (time.monotonic(), info)
@@ -308,6 +309,10 @@ def schedulable(resources: dict[str, Any]) -> dict[str, float]:
         for k, v in resources.items()
         if not k.startswith("node:") and k != "object_store_memory" and isinstance(v, (int, float))
     }
+
+
+def _unix_time(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _status(status: Any) -> str:

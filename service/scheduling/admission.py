@@ -253,12 +253,15 @@ def overdue(candidates: Iterable[Queued], now: datetime) -> list[Failure]:
     return out
 
 
-def free(cluster: ClusterInfo, held: list[Resources], addable: Resources) -> Resources:
+def free(
+    cluster: ClusterInfo, held: list[Resources], addable: Resources, released: Resources = (0.0, 0.0)
+) -> Resources:
     """What the queue may still use. Our own reservations count from the start on; Ray's
-    free count also sees other users. What an autoscaler can still add counts as free: a
-    started job's pending demand asks for it."""
-    cpus = min(cluster.cpus_total - sum(h[0] for h in held), cluster.cpus_free) + addable[0]
-    gpus = min(cluster.gpus_total - sum(h[1] for h in held), cluster.gpus_free) + addable[1]
+    free count also sees other users. ``released``: what our jobs that ended after Ray
+    counted its usage held (Ray's count is seconds old; they no longer use it). What an
+    autoscaler can still add counts as free: a started job's pending demand asks for it."""
+    cpus = min(cluster.cpus_total - sum(h[0] for h in held), cluster.cpus_free + released[0]) + addable[0]
+    gpus = min(cluster.gpus_total - sum(h[1] for h in held), cluster.gpus_free + released[1]) + addable[1]
     return cpus, gpus
 
 

@@ -171,6 +171,35 @@ def held(
     )
 
 
+ENDED = (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+RELEASED_READ = 1000  # jobs ended since Ray's count read at most (more: the rest count as still held)
+
+
+def released_since(s: Session, active: tuple[str, ...], since: datetime) -> admission.Resources:
+    """What the jobs that ended after ``since`` held as they ended (those whose end left a
+    status that holds): CPUs and GPUs that Ray's count of its usage made at ``since`` still
+    counts as used. A job sent back to the queue is not among them (its end is not final)."""
+    rows = s.execute(
+        select(JobRow.id, JobRow.holds_cpus, JobRow.holds_gpus)
+        .where(JobRow.status.in_(ENDED), JobRow.finished_at > since)
+        .limit(RELEASED_READ)
+    ).all()
+    if not rows:
+        return 0.0, 0.0
+    held_to_end = set(
+        s.scalars(
+            select(TransitionRow.job_id).where(
+                TransitionRow.job_id.in_([r.id for r in rows]),
+                TransitionRow.from_status.in_(active),
+                TransitionRow.to_status.in_(ENDED),
+                TransitionRow.at > since,
+            )
+        )
+    )
+    ended = [r for r in rows if r.id in held_to_end]
+    return sum(r.holds_cpus or 0.0 for r in ended), sum(r.holds_gpus or 0.0 for r in ended)
+
+
 @dataclass(frozen=True)
 class Marks:
     """Where the store stood: its newest job and newest status change. Jobs the queue has

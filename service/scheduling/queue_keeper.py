@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Protocol
 
 from sqlalchemy import select, update
@@ -112,12 +113,18 @@ class QueueKeeper:
         self.fail_queued(late + self._refusals(too_big, max_cpus, max_gpus, info.autoscaler is not None), fence)
         skip = {f.job_id for f in late} | set(too_big) | starting
         with self.sessions() as s:
+            # Ray counts its usage every few seconds: a job of ours that ended since still counts there.
+            released = (
+                queue.released_since(s, self.active, datetime.fromtimestamp(info.usage_at, timezone.utc))
+                if info.usage_at is not None
+                else (0.0, 0.0)
+            )
             free_extra = admission.extra_free(info, held_extra)
             loads = quotas.loads(s, self.active, self.default_quota, self.half_life_s)
             heads = {p: queue.head(s, skip=skip, project=p) for p in loads}
             order = admission.fair_order(heads, loads)
             ceiling = admission.Ceiling(max_cpus, max_gpus, admission.extra_free(info, []))
-            plan = admission.plan(order, admission.free(info, held, extra), free_extra, loads, ceiling)
+            plan = admission.plan(order, admission.free(info, held, extra, released), free_extra, loads, ceiling)
             preempt = self._victims(s, plan, loads)
         self._tell(plan, admission.BEHIND, touched, now_marks)
         return Admitted(in_flight + plan.start, preempt)
