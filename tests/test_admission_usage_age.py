@@ -2,7 +2,8 @@
 /api/cluster_status answers with the last count and its time). A job of ours that ended
 after that count still shows as used there: admission adds back what it held, so the job
 behind it starts at its end instead of at Ray's next count (up to 5 s later: a search
-posted right after another ended was admitted 1-4 s late). On the real store, no Ray."""
+posted right after another ended was admitted 1-4 s late). On the real store, no Ray; the
+last test reads the count's time from the session's Ray head."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from api.schemas import ClusterInfo, JobStatus
 from bench.harness.jobstore import job_service, set_columns, submit
 from service import lifecycle
 from service.attempts import ACTIVE
+from service.cluster.ray_backend import RayBackend
 from service.db.models import JobRow
 from service.scheduling import admission, queue
 
@@ -71,3 +73,10 @@ def test_what_was_never_held_or_ended_before_the_count_is_not_added_back(service
     with service.sessions() as s:
         holds = s.scalar(select(JobRow.holds_cpus).where(JobRow.id == other))
     assert free_cpus(service, counted, 3.0) == min(4 - holds, 1.0)
+
+
+def test_the_clusters_usage_comes_with_the_time_ray_counted_it(ray_head):
+    before = time.time()
+    info = RayBackend(ray_head.dashboard_url, auth_token=ray_head.auth_token()).cluster_info()
+    assert info.usage_at is not None
+    assert before - 60 < info.usage_at < time.time() + 1  # a count of this head's, not a guess
