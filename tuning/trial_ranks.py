@@ -23,7 +23,6 @@ the Train path's one-report queue keeps it.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import uuid
 from typing import Any, Callable
@@ -167,9 +166,6 @@ def run_warm_trial(
 def run_warm(runner: TrialRanks) -> None:
     """Run one start of the trial as local ranks until its loop ends, it fails (raised
     as ``TrialFailed``), or Tune stops it (``SystemExit``, as Tune's own stop does)."""
-    # Tune waits this long (default 2 s) for the function to return when it reuses this
-    # trainable; the ranks stop within a poll, but a loaded node may take longer to reap them.
-    os.environ.setdefault("TUNE_FUNCTION_THREAD_TIMEOUT_S", "30")
     phases.for_trial(runner.trial_id)
     if runner.channel is not None:
         phases.bind(runner.channel)
