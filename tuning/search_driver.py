@@ -37,12 +37,12 @@ NO_RESTORE_NOTE = (
     "Restore the model (and optimizer) from ray.train.get_checkpoint() at the loop's start to continue from the donor."
 )
 
-# Tune waits this long (its default 2 s) for a function trainable's function to return when
-# it keeps the trainable's process for another trial or the trial's restart: the function
-# returns at its next report (a warm Train-loop trial's trainable, whose ranks stop within a
-# poll, may take longer to reap them on a loaded node). Tune reads it in the trainable's process, which gets the Ray
-# job's environment, not this process's: it goes into the job's runtime_env at ray.init,
-# unless the job's own env_vars set it (Ray refuses a key set twice).
+# Tune waits this long (its default 2 s) for a trainable's function to return when it keeps
+# the trainable's process for another trial or the trial's restart: a function trainable's
+# returns at its next report, a warm Train-loop trial's once its ranks are reaped (longer on
+# a loaded node). Tune reads it in the trainable's process, which gets the Ray job's
+# environment, not this process's: it goes into the job's runtime_env at ray.init, unless
+# the job's own env_vars set it (Ray refuses a key set twice).
 TRAINABLE_ENV = {"TUNE_FUNCTION_THREAD_TIMEOUT_S": "30"}
 
 STALLED_DETAIL = (
