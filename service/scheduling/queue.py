@@ -179,25 +179,22 @@ def released_since(s: Session, active: tuple[str, ...], since: datetime) -> admi
     """What the jobs that ended after ``since`` held as they ended (those whose end left a
     status that holds): CPUs and GPUs that Ray's count of its usage made at ``since`` still
     counts as used. A job sent back to the queue is not among them (its end is not final)."""
+    ended_holding = (
+        select(TransitionRow.id)
+        .where(
+            TransitionRow.job_id == JobRow.id,
+            TransitionRow.from_status.in_(active),
+            TransitionRow.to_status.in_(ENDED),
+            TransitionRow.at > since,
+        )
+        .exists()
+    )
     rows = s.execute(
-        select(JobRow.id, JobRow.holds_cpus, JobRow.holds_gpus)
-        .where(JobRow.status.in_(ENDED), JobRow.finished_at > since)
+        select(JobRow.holds_cpus, JobRow.holds_gpus)
+        .where(JobRow.status.in_(ENDED), JobRow.finished_at > since, ended_holding)
         .limit(RELEASED_READ)
     ).all()
-    if not rows:
-        return 0.0, 0.0
-    held_to_end = set(
-        s.scalars(
-            select(TransitionRow.job_id).where(
-                TransitionRow.job_id.in_([r.id for r in rows]),
-                TransitionRow.from_status.in_(active),
-                TransitionRow.to_status.in_(ENDED),
-                TransitionRow.at > since,
-            )
-        )
-    )
-    ended = [r for r in rows if r.id in held_to_end]
-    return sum(r.holds_cpus or 0.0 for r in ended), sum(r.holds_gpus or 0.0 for r in ended)
+    return sum(r.holds_cpus or 0.0 for r in rows), sum(r.holds_gpus or 0.0 for r in rows)
 
 
 @dataclass(frozen=True)
