@@ -2,8 +2,8 @@
 /api/cluster_status answers with the last count and its time). A job of ours that ended
 after that count still shows as used there: admission adds back what it held, so the job
 behind it starts at its end instead of at Ray's next count (up to 5 s later: a search
-posted right after another ended was admitted 1-4 s late). On the real store, no Ray; the
-last test reads the count's time from the session's Ray head."""
+posted right after another ended was admitted 1-4 s late). On the real stores (SQLite and
+PostgreSQL), no Ray; the last test reads the count's time from the session's Ray head."""
 
 from __future__ import annotations
 
@@ -22,11 +22,15 @@ from service.db.models import JobRow
 from service.scheduling import admission, queue
 
 
-@pytest.fixture()
-def service(tmp_path):
-    svc = job_service(f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "data")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def service(request, tmp_path):
+    pg = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
+    name = pg.create_database() if pg else None
+    svc = job_service(pg.url(name) if pg else f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "data")
     yield svc
     svc.sessions.kw["bind"].dispose()
+    if pg:
+        pg.drop_database(name)
 
 
 def end(service, job_id: str, target: JobStatus) -> None:
@@ -62,10 +66,13 @@ def test_a_job_that_ended_after_rays_count_leaves_its_cpus_free(service):
 
 def test_what_was_never_held_or_ended_before_the_count_is_not_added_back(service):
     never_started, before, other = (submit(service, name=n) for n in ("never-started", "before", "other"))
+    earlier = time.time() - 2.0  # a count made before the cancel below
+    end(service, never_started, JobStatus.CANCELLED)  # cancelled from the queue, after that count: it held nothing
+    with service.sessions() as s:
+        assert queue.released_since(s, ACTIVE, datetime.fromtimestamp(earlier, timezone.utc)) == (0.0, 0.0)
     set_columns(service, before, status=JobStatus.RUNNING.value)
     end(service, before, JobStatus.FAILED)
     counted = time.time() + 1.0  # Ray's count after that end: it saw the CPUs come back
-    end(service, never_started, JobStatus.CANCELLED)  # cancelled from the queue: it held nothing
     set_columns(service, other, status=JobStatus.RUNNING.value)
     with service.sessions() as s:
         assert queue.released_since(s, ACTIVE, datetime.fromtimestamp(counted, timezone.utc)) == (0.0, 0.0)
