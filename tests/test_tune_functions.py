@@ -5,6 +5,9 @@ function that reads as its own error."""
 
 from __future__ import annotations
 
+import re
+
+import psutil
 import pytest
 from pydantic import ValidationError
 
@@ -14,8 +17,17 @@ from bench.harness.waiting import wait_for
 from service.scheduling import admission
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import FIXTURES, function_pbt_search, search, user_spec
+from trainers import ray_compat
 
 FUNCTION = "userpkg.tune_fn:trainable"
+FORKED = re.compile(r"raydock: trial \S+ runs its function in forked process (\d+)")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def function_search(entrypoint: str = FUNCTION, **overrides) -> dict:
@@ -28,6 +40,40 @@ def test_a_function_trial_holds_one_processs_resources_and_no_driver():
     spec = TuneSpec.model_validate(function_search())
     assert admission.trial_demand(spec) == (0.5, 0.0)
     assert admission.search_demand(spec) == (2.0, 0.0)
+
+
+def test_a_forked_function_has_a_tune_session_of_its_own():
+    # What tune.report, tune.get_checkpoint and tune.get_context read in a local rank that
+    # runs a function trainable (trainers.ray_compat.serve_tune_session); a Ray upgrade
+    # that moves Tune's session fails here.
+    from ray import tune
+    from ray.train._internal import session
+
+    reports, latest = [], [tune.Checkpoint("/tmp/start")]
+    fields = {"experiment_name": "job", "trial_name": "fn_3efb4_00001", "trial_id": "3efb4_00001"}
+    fields.update(run_id="r", trial_resources=None, trial_dir="/storage/job/fn_3efb4_00001")
+
+    def report(metrics, checkpoint):
+        reports.append((metrics, checkpoint))
+        latest[0] = checkpoint or latest[0]
+
+    assert session.get_session() is None
+    ray_compat.serve_tune_session(fields, report, lambda: latest[0])
+    try:
+        assert tune.get_checkpoint().path == "/tmp/start"
+        tune.report({"loss": 1.0})
+        tune.report({"loss": 0.5}, checkpoint=tune.Checkpoint("/tmp/two"))
+        assert [(m, c and c.path) for m, c in reports] == [({"loss": 1.0}, None), ({"loss": 0.5}, "/tmp/two")]
+        assert tune.get_checkpoint().path == "/tmp/two"
+        ctx = tune.get_context()
+        assert (ctx.get_trial_id(), ctx.get_trial_name(), ctx.get_trial_dir()) == (
+            "3efb4_00001",
+            "fn_3efb4_00001",
+            "/storage/job/fn_3efb4_00001",
+        )
+        assert ctx.get_experiment_name() == "job"
+    finally:
+        session.shutdown_session()
 
 
 @pytest.mark.parametrize(
@@ -118,16 +164,18 @@ def test_a_function_trainables_process_is_kept_for_the_next_trial_and_waits_30_s
     trials = job.trials()
     assert [t.status for t in trials] == ["TERMINATED"] * 2
     assert [t.last_metrics["thread_timeout_s"] for t in trials] == [30.0, 30.0]
-    assert trials[0].last_metrics["process_id"] == trials[1].last_metrics["process_id"]  # reuse_actors: one process
+    # reuse_actors: one trainable (the rank host that forks each trial's function is its own)
+    assert trials[0].last_metrics["parent_id"] == trials[1].last_metrics["parent_id"]
 
 
 @pytest.mark.slow
-def test_synchronous_pbt_over_a_function_starts_no_process_for_a_restart_and_clones_go_on_from_their_donors(
+def test_synchronous_pbt_over_a_function_forks_each_start_from_a_kept_trainable_and_clones_go_on_from_their_donors(
     client: Client, tmp_path
 ):
     # Tune's synchronous PBT pauses every trial at each perturbation point; Tune kept one of
     # their processes for the restarts (a new one for each other, most of a clone's wait for
-    # its report).
+    # its report). Each start of a trial runs its function in a process forked, with torch
+    # imported, by its trainable's rank host (its parent), a fresh one each start.
     spec = function_search("userpkg.tune_fn:naming_its_process")
     spec["base"]["config"].update(dir=str(tmp_path), trials=spec["num_trials"])
     job = client.submit(spec)
@@ -136,16 +184,43 @@ def test_synchronous_pbt_over_a_function_starts_no_process_for_a_restart_and_clo
     trials = job.trials()
     assert {t.status for t in trials} == {"TERMINATED"} and all(t.reports >= 8 for t in trials)
     reports = {t.trial_id: job.trial_metrics(t.trial_id) for t in trials}
-    processes = {p.metrics["process"] for points in reports.values() for p in points}
-    first_starts = {points[0].metrics["process"] for points in reports.values()}
-    # Every restart (each clone's and each paused trial's) ran in a process of a first start.
-    assert processes == first_starts, f"{len(processes)} processes ran {len(trials)} trials"
+    points = [p.metrics for trial_points in reports.values() for p in trial_points]
+    assert all(p["torch_before"] for p in points), "a function ran in a process without torch imported"
+    trainables = {p["parent"] for p in points}
+    first_starts = {trial_points[0].metrics["parent"] for trial_points in reports.values()}
+    # Every restart (each clone's and each paused trial's) ran from a trainable of a first start.
+    assert trainables == first_starts, f"{len(trainables)} trainables ran {len(trials)} trials"
+    for t in trials:  # tune.get_context() in the forked function is the trial's
+        assert {
+            (p.metrics["trial_name"].endswith(t.trial_id), t.trial_id in p.metrics["trial_dir"])
+            for p in reports[t.trial_id]
+        } == {(True, True)}
     lineage = job.lineage()
     assert lineage, "PBT recorded no exploit"
-    for exploit in lineage:  # the clone's next report goes on from its donor's checkpoint
+    for exploit in lineage:  # the clone's next report goes on from its donor's checkpoint, in a new process
+        before = {p.metrics["process"] for p in reports[exploit.trial_id] if p.ts < exploit.ts}
         after = [p for p in reports[exploit.trial_id] if p.ts >= exploit.ts]
         assert after and after[0].metrics["step"] == exploit.donor_time + 1, (exploit, after[:1])
+        assert after[0].metrics["process"] not in before
     wait_for(lambda: client.cluster().cpus_free == CLUSTER_CPUS, 60, "every CPU to be free after the search")
+    processes = {p["process"] for p in points}
+    wait_for(lambda: not any(map(alive, processes)), 60, "the functions' processes to end")
+
+
+@pytest.mark.slow
+def test_a_cancel_ends_every_forked_function(client: Client):
+    spec = function_search("userpkg.tune_fn:environment", algorithm="random", pbt=None, num_trials=2)
+    job = client.submit({**spec, "budget": {"reports": 10**6}})
+    try:
+        wait_for(lambda: sum(t.reports > 0 for t in job.trials()) == 2, 180, "both trials to report")
+        wait_for(lambda: len(FORKED.findall(job.logs())) == 2, 30, "both trials' processes in the log")
+        pids = {t.last_metrics["process_id"] for t in job.trials()}
+        assert pids == {int(pid) for pid in FORKED.findall(job.logs())} and all(map(alive, pids))
+    finally:
+        job.cancel()
+    job.wait(timeout=120)
+    assert job.status.value == "CANCELLED"
+    wait_for(lambda: not any(map(alive, pids)), 60, "the forked functions to end with the search")
 
 
 @pytest.mark.long  # tests/test_tune_any_loop.py reads a failing Train trial by default

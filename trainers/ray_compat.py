@@ -3,10 +3,10 @@
 Things raydock needs have no public API in Ray 2.60: hooks when a worker group
 starts, a hook in each worker as it reports, a way to hand a run its starting
 checkpoint (Train V2 dropped ``resume_from_checkpoint``), Tune's once-per-process
-warning about its session API, re-armed, and whether an actor of this job is being
-created. Tune's controller's own books are ``trainers.tune_compat``'s. Everything else
-imports Ray's public surface only; when a Ray upgrade moves these, this module and that
-one are the places to change.
+warning about its session API, re-armed, a Tune function's session in a process Tune did
+not start, and whether an actor of this job is being created. Tune's controller's own
+books are ``trainers.tune_compat``'s. Everything else imports Ray's public surface only;
+when a Ray upgrade moves these, this module and that one are the places to change.
 """
 
 from __future__ import annotations
@@ -65,6 +65,46 @@ def tune_stopping() -> bool:
 
     session = get_session()
     return session is not None and session.stop_event.is_set()
+
+
+# The fields of a Tune function trainable's session that ``tune.get_context()`` reads.
+TUNE_SESSION_FIELDS = ("experiment_name", "trial_name", "trial_id", "run_id", "trial_resources", "trial_dir")
+
+
+def tune_session_fields() -> dict[str, Any]:
+    """What ``tune.get_context()`` answers in this function trainable's session (its
+    trial's names, resources and directory), for a function run in another process."""
+    from ray.train._internal.session import get_session
+
+    session = get_session()
+    return {name: getattr(session, name) for name in TUNE_SESSION_FIELDS}
+
+
+def serve_tune_session(
+    fields: dict[str, Any], report: Callable[[dict, Any], None], checkpoint: Callable[[], Any]
+) -> None:
+    """Give this process (a local rank running a Tune function trainable) a Tune session
+    of its own: ``tune.report(metrics, checkpoint=)`` calls ``report``,
+    ``tune.get_checkpoint()`` returns ``checkpoint()``, and ``tune.get_context()`` answers
+    from ``fields`` (``tune_session_fields`` of the trainable). Tune's session API reads
+    the module global ``ray.train._internal.session._session``; its ranks' fields are
+    None, as in a function trainable's."""
+    from ray.train._internal import session as train_session
+
+    class Session:
+        world_rank = local_rank = node_rank = local_world_size = world_size = metadata = None
+
+        def __init__(self) -> None:
+            self.__dict__.update(fields)
+
+        def report(self, metrics: dict, checkpoint: Any = None) -> None:
+            report(metrics, checkpoint)
+
+        @property
+        def loaded_checkpoint(self) -> Any:
+            return checkpoint()
+
+    train_session._session = Session()
 
 
 # ----------------------------------------------------------------------------- local ranks
@@ -129,6 +169,21 @@ def run_local_mode(experiment_name: str, train_fn: Callable[[], Any], rank: Any)
             )
 
     return Controller(experiment_name=experiment_name).run(train_fn)
+
+
+def rank_report(metrics: dict, checkpoint: Any) -> None:
+    """In a local rank: what ``ray.train.report`` does there, past Ray's public function
+    (which refuses to run where a Tune session is, as in a forked function trainable)."""
+    from ray.train.v2._internal.execution.train_fn_utils import get_train_fn_utils
+
+    get_train_fn_utils().report(metrics, checkpoint)
+
+
+def rank_checkpoint() -> Any:
+    """In a local rank: ``ray.train.get_checkpoint()``, past Ray's public function."""
+    from ray.train.v2._internal.execution.train_fn_utils import get_train_fn_utils
+
+    return get_train_fn_utils().get_checkpoint()
 
 
 _LOCAL_STORAGE: list[Callable[[], Any]] = []  # set in a local rank: its run's storage

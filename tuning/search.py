@@ -14,7 +14,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
 from trainers.tune_compat import install_kept_actors, install_settled_removal
-from tuning.function_trial import run_function_trial
+from tuning.function_trial import run_forked_function_trial, run_function_trial
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -133,13 +133,19 @@ def trainable(
     """``run_trial`` (``run_warm_trial`` for a warm trial) with the search's spec, the trials' run storage, its population
     (which ``out`` hands the driver's callback too) and the trial's CPUs: a warm trial's
     trainable holds its workers' too (it forks them, ``tuning.trial_ranks``)."""
-    if spec.trainable == "function":  # the user's own Tune trainable, one process per running trial
+    if spec.trainable == "function":  # the user's own Tune trainable, one trainable per running trial
         out.population = None  # its reports go straight to Tune: nothing here can hold a trial at a perturbation
         scaling = spec.base.scaling
         resources = scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
         if scaling.accelerator_type is not None:  # as Ray's accelerator_type= asks for it: a sliver of the node's tag
             resources[ACCELERATOR_PREFIX + scaling.accelerator_type] = 0.001
-        fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
+        if warm:  # the function forked, in a process with torch imported (tuning.function_trial)
+            runs = trial_runs_path(storage_path, job_id)
+            fn = tune.with_parameters(
+                run_forked_function_trial, spec=spec.model_dump(mode="json"), storage_path=runs, channel=channel
+            )
+        else:
+            fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
         return tune.with_resources(fn, {k.lower() if k in ("CPU", "GPU") else k: v for k, v in resources.items()})
     out.population = Population.remote() if aligned(spec) else None
     fn = tune.with_parameters(
@@ -156,7 +162,9 @@ def trials_start_warm(spec: TuneSpec, trial_ranks: bool) -> bool:
     """Whether this search's trials run as local ranks (``trial_ranks``: the server lets
     them), said in the search's log either way."""
     why = warm_reason(spec, largest_node_cpus()) if trial_ranks else "local ranks are off (RAYDOCK_LOCAL_RANKS)"
-    if why is None:
+    if why is None and spec.trainable == "function":
+        print("raydock: trials start warm: each runs its function in a process forked with torch imported")
+    elif why is None:
         print("raydock: trials start warm: each runs its workers as local ranks, kept between trials and exploits")
     else:
         print(f"raydock: trials start cold, each a Ray Train run: {why}")

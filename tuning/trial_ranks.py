@@ -60,8 +60,10 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
     they start warm as local ranks. ``node_cpus``: the largest node's CPUs."""
     if not sys.platform.startswith("linux"):
         return "local ranks are forked, which needs Linux"
+    if spec.trainable == "function" and spec.base.scaling.use_gpu:
+        return "a GPU function trial runs in its Tune trainable's process (a forked one is not yet measured on GPUs)"
     if spec.trainable == "function":
-        return "a function trainable runs in its Tune trainable's process, one per trial, with no workers to fork"
+        return None  # its one process, forked: the trainable holds what the cold one would
     if spec.base.scaling.use_gpu:
         return "GPU trials keep Ray Train's worker actors (the trainable would hold every GPU of the trial)"
     why = cold_reason(spec.base)
