@@ -186,6 +186,7 @@ def test_synchronous_pbt_over_a_function_forks_each_start_from_a_kept_trainable_
     reports = {t.trial_id: job.trial_metrics(t.trial_id) for t in trials}
     points = [p.metrics for trial_points in reports.values() for p in trial_points]
     assert all(p["torch_before"] for p in points), "a function ran in a process without torch imported"
+    assert not any(p["process_group"] for p in points), "a function ran in a torch process group it did not make"
     trainables = {p["parent"] for p in points}
     first_starts = {trial_points[0].metrics["parent"] for trial_points in reports.values()}
     # Every restart (each clone's and each paused trial's) ran from a trainable of a first start.
@@ -195,6 +196,13 @@ def test_synchronous_pbt_over_a_function_forks_each_start_from_a_kept_trainable_
             (p.metrics["trial_name"].endswith(t.trial_id), t.trial_id in p.metrics["trial_dir"])
             for p in reports[t.trial_id]
         } == {(True, True)}
+    starts: dict[tuple, list] = {}
+    for p in sorted(points, key=lambda p: p["step"]):
+        starts.setdefault((p["trial_name"], p["process"]), []).append(p)
+    # One process per start of a trial, none beside it (each marked its start).
+    assert len(list(tmp_path.glob("start-*"))) == len(starts), sorted(p.name for p in tmp_path.glob("start-*"))
+    # After a report, tune.get_checkpoint() is that report's, where Tune persisted it.
+    assert all(p["resumes_in_trial"] for later in starts.values() for p in later[1:])
     lineage = job.lineage()
     assert lineage, "PBT recorded no exploit"
     for exploit in lineage:  # the clone's next report goes on from its donor's checkpoint, in a new process

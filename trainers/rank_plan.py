@@ -25,3 +25,6 @@ class RankPlan:
     # Rank 0 waits for the runner's word after each report (a search trial: Tune decides
     # about one report before the loop runs on), and the loop keeps at most one report uploading.
     acks: bool = False
+    # Whether the ranks get torchrun's environment (local mode then makes their process
+    # group); a Tune function runs without one, as in Tune's own trainable.
+    torchrun: bool = True

@@ -115,8 +115,10 @@ class Rank:
             self.checkpoint = persisted or ray_compat.checkpoint_at(self.storage, name)
         if self.rank == 0:
             self.link.send(("report", dict(metrics), name if any(held) else None))
-            if self.plan.acks:
-                self.link.recv()
+            if self.plan.acks:  # the runner's word: go on, maybe from the checkpoint it now holds for the run
+                answer = self.link.recv()
+                if len(answer) > 1 and answer[1] is not None:
+                    self.checkpoint = answer[1]
 
 
 def _die_with_parent() -> None:
@@ -137,15 +139,16 @@ def run_rank(plan: RankPlan, rank: int, link) -> None:
         phases.for_trial(plan.trial_id)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop kills a rank at once; the driver reports
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(plan.world_size),
-        LOCAL_WORLD_SIZE=str(plan.world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(plan.master_port),
-        OMP_NUM_THREADS=str(max(1, int(plan.cpus_per_rank))),
-    )
+    if plan.torchrun:
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(plan.world_size),
+            LOCAL_WORLD_SIZE=str(plan.world_size),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(plan.master_port),
+        )
+    os.environ["OMP_NUM_THREADS"] = str(max(1, int(plan.cpus_per_rank)))
     torch.set_num_threads(max(1, int(plan.cpus_per_rank)))  # what a Train worker with these CPUs gets
     code = 0
     try:

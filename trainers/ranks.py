@@ -121,6 +121,7 @@ class RankRunner:
         self.trial_id = ""
         self.acks = False
         self.should_stop = None
+        self.torchrun = True  # the ranks' process group (a Tune function has none)
 
     def fit(self) -> RunResult:
         failures = 0
@@ -156,6 +157,7 @@ class RankRunner:
             cpus_per_rank=self.spec.scaling.cpus_per_worker,
             trial_id=self.trial_id,
             acks=self.acks,
+            torchrun=self.torchrun,
         )
         ctx = self._context()
         links, procs = [], []
@@ -235,11 +237,16 @@ class RankRunner:
             if message[0] == "report":
                 self._report(message[1], message[2])
                 if self.acks:
-                    _tell(link, ("go",))
+                    _tell(link, ("go", self._resume_from()))
             elif message[0] == "error":
                 return Outcome(rank, message[1], message[2])
             elif message[0] == "done":
                 said_done.add(rank)
+        return None
+
+    def _resume_from(self) -> Any:
+        """What rank 0's ``get_checkpoint()`` answers after a report it waited for; None:
+        the checkpoint its report persisted, if any."""
         return None
 
     def _report(self, metrics: dict, checkpoint_name: str | None) -> None:

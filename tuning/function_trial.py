@@ -35,6 +35,9 @@ from trainers.failures import TrialFailed, classify
 from trainers.user_loop import load_entrypoint
 from tuning.trial_ranks import TrialRanks, run_warm
 
+# A forked function's checkpoint, on its way to the trainable with its report's metrics.
+CHECKPOINT_KEY = "__raydock_function_checkpoint__"
+
 
 def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
     """The cold trainable: the function in this process, in Tune's own session."""
@@ -67,16 +70,30 @@ def _to_tune(metrics: dict, checkpoint: Any) -> None:
 
 
 class FunctionRank(TrialRanks):
-    """The rank runner of one start of a function trial: one rank, the function its loop,
-    its reports straight to Tune. A failure is the trial's, as in Tune's own function
-    trainable (no ``failure.max_retries``), and the trial has no worker group."""
+    """The rank runner of one start of a function trial: one rank (whatever the base's
+    ``num_workers``: a function trial is one process), the function its loop, its reports
+    straight to Tune. A failure is the trial's, as in Tune's own function trainable (no
+    ``failure.max_retries``), and the trial has no worker group."""
 
     def __init__(self, spec, run_name: str, storage_path: str, trial_id: str, start: Any, channel: Any) -> None:
-        spec = spec.model_copy(update={"failure": spec.failure.model_copy(update={"max_retries": 0})})
+        one = {
+            "scaling": spec.scaling.model_copy(update={"num_workers": 1}),
+            "failure": spec.failure.model_copy(update={"max_retries": 0}),
+        }
+        spec = spec.model_copy(update=one)
         super().__init__(spec, run_name, storage_path, trial_id, start, channel, _to_tune)
         self.loop = functools.partial(run_forked_function, spec.entrypoint, ray_compat.tune_session_fields())
         self.loop.__module__ = __name__  # what the rank host imports for the rank: this module, not the function's
         self.loop_config = dict(spec.config)
+        self.torchrun = False  # no process group: the function may make its own, as in Tune
+
+    def _report(self, metrics: dict, checkpoint_name: str | None) -> None:
+        """Tune's own report: it persists the function's checkpoint into the trial's
+        directory (the one copy) before the rank hears to go on."""
+        self.forward(metrics, metrics.pop(CHECKPOINT_KEY, None))
+
+    def _resume_from(self) -> Any:
+        return tune.get_checkpoint()  # the trial's latest, where Tune persisted it
 
     def _group_event(self, n: int, pids: list[int]) -> None:
         print(
@@ -103,7 +120,12 @@ def run_forked_function(entrypoint: str, fields: dict[str, Any], config: dict[st
 
 
 def _report(metrics: dict, checkpoint: Any) -> None:
-    ray_compat.rank_report(dict(metrics), checkpoint)  # the local rank's: persisted, told, acknowledged
+    """The local rank's report, its checkpoint handed on where the function left it (the
+    trainable's ``tune.report`` persists it), its answer once Tune took it."""
+    metrics = dict(metrics)
+    if checkpoint is not None:
+        metrics[CHECKPOINT_KEY] = checkpoint
+    ray_compat.rank_report(metrics, None)
 
 
 def _checkpoint() -> Any:
