@@ -68,11 +68,11 @@ REQUEST_TIMEOUT_S = 20.0  # a loaded node may be slow to send
 
 
 class WarmProcess:
-    def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...] = (), parent: int | None = None):
+    def __init__(self, path: str, stats_path: str | None, modules: tuple[str, ...], parent: int):
         self.path, self.stats_path = path, stats_path
         self.modules = {*DRIVERS.values(), RANK_HOST_MODULE, *modules}  # what a child may run as __main__
         # The supervisor as it was before the imports: one that died during them is seen gone.
-        self.parent = os.getppid() if parent is None else parent
+        self.parent = parent  # this process leaves once it is no longer its parent
         self.started = time.time()
         self.code = code_version(ROOT)
         # The install's own import path, without this process's cwd and PYTHONPATH entries.
@@ -286,15 +286,18 @@ class WarmProcess:
         os.replace(tmp, self.stats_path)
 
 
-def preload() -> float:
-    """Import what the drivers import; seconds it took."""
+def preload() -> tuple[float, list[str]]:
+    """Import what the drivers import, and what Tune's set-up imports where installed:
+    seconds it took, and the modules imported."""
     t0 = time.perf_counter()
     for name in PRELOAD:
         importlib.import_module(name)
+    imported = list(PRELOAD)
     for name in SEARCH_PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    return time.perf_counter() - t0
+            imported.append(name)
+    return time.perf_counter() - t0, imported
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     # Named by the supervisor, or the parent now: either way from before the seconds of
     # imports, in which the supervisor may die (then its pid is no longer the parent's).
     parent = args.parent if args.parent else os.getppid()
-    took = preload()
-    print(f"imported {', '.join(PRELOAD)} in {took:.2f}s", flush=True)
+    took, imported = preload()
+    print(f"imported {', '.join(imported)} in {took:.2f}s", flush=True)
     WarmProcess(args.socket, args.stats, tuple(args.allow), parent=parent).serve()
     return 0
 
