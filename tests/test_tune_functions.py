@@ -18,6 +18,7 @@ from service.scheduling import admission
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import FIXTURES, function_pbt_search, search, user_spec
 from trainers import ray_compat
+from tuning.trial_ranks import warm_reason
 
 FUNCTION = "userpkg.tune_fn:trainable"
 FORKED = re.compile(r"raydock: trial \S+ runs its function in forked process (\d+)")
@@ -40,6 +41,14 @@ def test_a_function_trial_holds_one_processs_resources_and_no_driver():
     spec = TuneSpec.model_validate(function_search())
     assert admission.trial_demand(spec) == (0.5, 0.0)
     assert admission.search_demand(spec) == (2.0, 0.0)
+
+
+def test_a_function_search_whose_job_turns_warm_starts_off_runs_its_functions_in_their_trainables(monkeypatch):
+    # A function that calls Ray's core API needs a Ray worker: a forked process is none.
+    spec = TuneSpec.model_validate(function_search())
+    assert warm_reason(spec, node_cpus=2.0) is None
+    monkeypatch.setenv("RAYDOCK_WARM_START", "false")  # the job's own env_vars
+    assert "warm starts are off" in warm_reason(spec, node_cpus=2.0)
 
 
 def test_a_forked_function_has_a_tune_session_of_its_own():

@@ -40,6 +40,7 @@ from trainers.launch import EventsChannel
 from trainers.loops import builtin_loop_name
 from trainers.ranks import RankRunner, RanksFailed
 from trainers.user_loop import refusing_tune_calls
+from trainers.zygote.client import warm_starts_off
 from trainers.zygote.hosted import host_context
 from tuning.reports import TrialReports
 
@@ -62,6 +63,10 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
         return "local ranks are forked, which needs Linux"
     if spec.trainable == "function" and spec.base.scaling.use_gpu:
         return "a GPU function trial runs in its Tune trainable's process (a forked one is not yet measured on GPUs)"
+    if spec.trainable == "function" and warm_starts_off():  # the job's env_vars may say so: its function calls Ray
+        return (
+            "warm starts are off (RAYDOCK_WARM_START): the function runs in its Tune trainable's process, a Ray worker"
+        )
     if spec.trainable == "function":
         return None  # its one process, forked: the trainable holds what the cold one would
     if spec.base.scaling.use_gpu:

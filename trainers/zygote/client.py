@@ -40,6 +40,11 @@ ACCEPT_TIMEOUT_S = 30.0  # the warm process answers at once; a hung one must not
 WARM_ENV = WARM_START_ENV  # "0"/"false" in a job's environment: always cold
 
 
+def warm_starts_off() -> bool:
+    """Whether this job's environment turned warm starts off (the server's setting, or the job's own ``env_vars``)."""
+    return os.environ.get(WARM_ENV, "1").lower() in ("0", "false", "no", "off")
+
+
 def cold(module: str, args: list[str]) -> None:
     """Become the cold driver, as the entrypoint was before warm starts."""
     sys.stdout.flush()
@@ -49,7 +54,7 @@ def cold(module: str, args: list[str]) -> None:
 def warm(module: str, args: list[str]) -> int | None:
     """Run the driver in a child of the node's warm process; its exit code, or None
     when the warm process did not take the job (nothing ran)."""
-    if os.environ.get(WARM_ENV, "1").lower() in ("0", "false", "no", "off"):
+    if warm_starts_off():
         return None
     session = session_dir()
     if session is None:

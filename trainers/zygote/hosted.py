@@ -138,7 +138,7 @@ def host_context(modules: list[str], session_dir: str | None, gcs_address: str |
 
 
 def _why_not(session_dir: str | None, gcs_address: str | None) -> str | None:
-    if os.environ.get(client.WARM_ENV, "1").lower() in ("0", "false", "no", "off"):
+    if client.warm_starts_off():
         return "warm starts are off"
     if not session_dir or not gcs_address:
         return "not in a Ray worker"
