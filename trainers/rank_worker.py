@@ -2,8 +2,9 @@
 
 A rank is a process forked from the job's driver (which has imported torch, Ray Train
 and the loop already). It takes torchrun's environment (``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and runs the
-job's loop under Ray Train's local mode (``trainers.ray_compat.run_local_mode``): the
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; not a search's
+forked Tune function, ``RankPlan.torchrun``) and runs the job's loop under Ray Train's
+local mode (``trainers.ray_compat.run_local_mode``): the
 loop keeps the Ray Train API (``ray.train.report``, ``get_checkpoint``, ``get_context``,
 ``ray.train.torch.prepare_model`` / ``prepare_data_loader``), and a report does here what
 a Train worker and its controller do:

@@ -7,12 +7,14 @@ Warm (``run_forked_function_trial``, where a trial fits a node): the function ru
 local rank forked by the trainable's rank host, a child of the node's warm process with
 torch imported already (``tuning.trial_ranks``), in a Tune session of its own
 (``trainers.ray_compat.serve_tune_session``): each ``tune.report`` goes to the trainable,
-which hands it to Tune's own ``tune.report`` (Tune persists the checkpoint then, before
-the function may delete it) and answers once Tune took it, so the function never runs
+which hands it to Tune's own ``tune.report`` (Tune persists the checkpoint then, the one
+copy, before the function may delete it) and answers once Tune took it, so the function never runs
 more than a report ahead of Tune's decisions, as in Tune's own function trainable;
 ``tune.get_checkpoint()`` is the trial's start (a PBT clone's: its donor's), then its
-latest report's; ``tune.get_context()`` answers with the trainable's trial. A stop or
-reset of the trial kills the rank, as a warm Train-loop trial's ranks are killed.
+latest report's, where Tune persisted it; ``tune.get_context()`` answers with the
+trainable's trial. The process has no torch process group, whatever the base's
+``num_workers``, as in Tune's own trainable. A stop or reset of the trial kills it, as a
+warm Train-loop trial's ranks are killed.
 
 Cold (``run_function_trial``): the function runs in the trainable's own thread, as Tune
 runs one. This module imports neither torch nor Ray Train's trainers: a trial's process
@@ -58,7 +60,7 @@ def run_forked_function_trial(
     ``TrialFailed``) or Tune stops it."""
     trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
     trial_id = tune.get_context().get_trial_id()
-    run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"  # each start's checkpoints apart, as a warm trial's
+    run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"  # a run per start, as a warm trial's (Tune keeps the checkpoints)
     runner = FunctionRank(trial_spec, run_name, storage_path, trial_id, tune.get_checkpoint(), channel)
     run_warm(runner)
 
