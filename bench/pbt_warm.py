@@ -28,18 +28,18 @@ and, on the noisy quadratic, trial-epochs to its target of PBT against random se
 (``bench.pbt_vs_random``'s sweep and searches, on Tune directly; target <= 0.5x).
 
 What the hand-written script does differently from raydock's search: its trials train in
-Tune's trainable process itself (raydock's digits trials in a local rank its trainable
-forks, under Ray Train's local mode; the script trains the same model, data, optimizer and
-batches without DDP); Tune's
+Tune's trainable process itself (raydock's in a process forked by the trainable's rank host,
+a child of the node's warm process with torch imported: the digits trials' local rank under
+Ray Train's local mode, the nqm trials' function in a Tune session of its own; the script
+trains the same model, data, optimizer and batches without DDP); Tune's
 synchronous PBT holds the population at each perturbation point (raydock's digits search
 holds its Train loops there with its own population actor and Tune's asynchronous PBT;
 its function trainables use Tune's synchronous PBT too); nothing streams events to a
 server, no launch file, no first-report watchdog, checkpoints stay in a local directory
 (raydock's in the job's storage prefix). It starts a fresh trainable per trial start and
 restart (Tune's default ``reuse_actors=False``); raydock's searches keep their trainables
-between trials and restarts (``reuse_actors``): the nqm search's paused trials wait for their
-restarts in their own processes, and the digits search forks each trial's ranks from a
-child of the node's warm process. Both run Tune's
+between trials and restarts (``reuse_actors``), its paused nqm trials' trainables waiting
+for their restarts, and fork each start afresh. Both run Tune's
 synchronous PBT with raydock's two fixes for its waits for ever (``tuning.schedulers``).
 """
 
