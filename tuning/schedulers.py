@@ -90,18 +90,15 @@ class _RecordsExploits(_KeepsSynchMoving):
         self._clones: list = []  # exploited trials not restarted yet, in decision order
 
     def choose_trial_to_run(self, tune_controller) -> Trial | None:
-        """Tune's choice (the trial furthest behind), except that a clone restarts before
-        the trials that only wait at the perturbation point: its next report is the one
-        an exploit waits for, and Tune restarts one trial per step of its loop."""
+        """Tune's choice (the trial furthest behind), except that in synchronous PBT a
+        clone restarts before the trials that only wait at the perturbation point: its
+        next report is the one the population waits for, and Tune restarts one trial per
+        step of its loop."""
         chosen = super().choose_trial_to_run(tune_controller)
         self._clones = [t for t in self._clones if t.status in (Trial.PENDING, Trial.PAUSED)]
-        if chosen is None or chosen in self._clones:
-            return chosen
-        ready = [
-            t
-            for t in self._clones
-            if not self._synch or self._trial_state[t].last_train_time < self._next_perturbation_sync
-        ]
+        if not self._synch or chosen is None or chosen in self._clones:
+            return chosen  # asynchronous PBT: Tune's fair share, the trial furthest behind
+        ready = [t for t in self._clones if self._trial_state[t].last_train_time < self._next_perturbation_sync]
         return ready[0] if ready else chosen
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
