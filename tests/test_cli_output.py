@@ -283,3 +283,14 @@ def test_wrong_or_missing_token_is_two_lines_from_the_real_entrypoint(tmp_path):
     assert missing.exit_code == 1 and len(missing.stderr.splitlines()) == 2
     assert missing.stderr.startswith(f"error: The server at {server.url} needs an API token (401).")
     assert dashboard.exit_code == 0 and dashboard.stdout == server.url + "/\n"  # the token never in the URL
+
+
+def test_the_progress_bar_counts_what_the_job_reports():
+    from api.schemas import TuneSpec
+    from service.cli.main import _length, _where
+
+    assert _where({"epoch": 3, "step": 120, "loss": 0.5}) == "epoch 3 step 120"
+    assert _where({"step": 40}) == "step 40"
+    assert _where({"training_iteration": 7, "loss": 0.1}) == "report 7"  # a Tune function's reports
+    spec = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "examples", "tune-function-pbt.yaml")))
+    assert _length(TuneSpec.model_validate(spec)) == (20, "training_iteration")

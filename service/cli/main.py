@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.client import Client, Job
 from api.errors import RaydockError
-from api.schemas import JobSpec, JobStatus, TuneSpec, parse_job_spec
+from api.schemas import REPORTS_UNIT, JobSpec, JobStatus, TuneSpec, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail, need_server
 from service.cli.events import events  # noqa: F401  (registers `raydock events`)
 from service.cli.format import num
@@ -85,7 +85,8 @@ def run(
             console.print(job.id)
             _follow(job, *_length(spec), exit_on_failure=False)
             for c in job.checkpoints()[-1:]:
-                console.print(f"latest checkpoint: id {c.id}, epoch {c.epoch}, {c.path}")
+                epoch = "" if c.epoch is None else f"epoch {c.epoch}, "
+                console.print(f"latest checkpoint: id {c.id}, {epoch}{c.path}")
     finally:
         server.should_exit = True
         thread.join(60)
@@ -146,16 +147,21 @@ def submit(
             _follow(job, *_length(spec))
 
 
-def _length(spec: JobSpec) -> tuple[int | None, int | None]:
-    """The epochs and steps a job's progress counts to (a search's: one trial's budget)."""
+def _length(spec: JobSpec) -> tuple[int | None, str]:
+    """How far a job's progress counts, and in which reported unit (a search's: one
+    trial's budget, in epochs, steps or reports)."""
     if isinstance(spec, TuneSpec):
-        return (spec.budget.epochs, spec.budget.steps) if spec.budget else (None, None)
-    return spec.epochs, spec.max_steps
+        return (spec.budget_amount, spec.unit) if spec.budget else (None, "epoch")
+    return (spec.max_steps, "step") if spec.max_steps else (spec.epochs, "epoch")
 
 
-def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure: bool = True) -> None:
-    total = max_steps if max_steps else epochs
-    unit = "step" if max_steps else "epoch"
+def _where(m: dict) -> str:
+    """``epoch 3 step 120`` (what the report has of them), else ``report 7`` (a Tune function's)."""
+    where = " ".join(f"{unit} {m[unit]}" for unit in ("epoch", "step") if unit in m)
+    return where or (f"report {m[REPORTS_UNIT]}" if REPORTS_UNIT in m else "")
+
+
+def _follow(job: Job, total: int | None, unit: str, exit_on_failure: bool = True) -> None:
     with Progress(
         TextColumn("[bold]{task.fields[status]}"),
         BarColumn(),
@@ -169,7 +175,7 @@ def _follow(job: Job, epochs: int | None, max_steps: int | None, exit_on_failure
             m = point.metrics
             done = m.get(unit)
             loss = m.get("train_loss", m.get("loss"))
-            where = f"epoch {m.get('epoch', '?')} step {m.get('step', '?')}"
+            where = _where(m)
             extra = f"loss {loss:.4f}" if isinstance(loss, (int, float)) else ""
             if isinstance(m.get("val_acc"), (int, float)):
                 extra += f" val_acc {m['val_acc']:.3f}"
