@@ -260,3 +260,27 @@ def test_a_trial_that_never_reports_is_stopped_and_says_so(client: Client):
     (trial,) = job.trials()
     assert trial.status == "ERROR" and "without reporting (first_report_timeout_s=5)" in (trial.error or "")
     assert "without reporting" in (job.info.error or "")
+
+
+@pytest.mark.slow
+@pytest.mark.long  # a search cancelled and resumed: 40-90 s on a loaded 2-core machine
+def test_a_cancelled_function_search_resumes_its_trials_from_their_checkpoints(client: Client):
+    spec = function_search("userpkg.tune_fn:slowly", algorithm="random", pbt=None, num_trials=2)
+    spec["base"]["config"]["sleep_s"] = 0.2
+    job = client.submit({**spec, "budget": {"reports": 100}})
+    # Tune saves the search's state every 10 s: reports for longer than that before the cancel.
+    wait_for(lambda: len(job.trials()) == 2 and all(t.reports >= 60 for t in job.trials()), 240, "12 s of reports")
+    job.cancel()
+    wait_for(lambda: job.refresh().status.is_terminal(), 90, "the cancel to finish")
+    assert job.status.value == "CANCELLED"
+    before = {t.trial_id: job.trial_metrics(t.trial_id) for t in job.trials()}
+    job.resume()
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    trials = job.trials()
+    assert {t.trial_id for t in trials} == set(before) and {t.status for t in trials} == {"TERMINATED"}
+    for t in trials:  # each went on from a checkpoint of the first attempt, forked as before
+        resumed = job.trial_metrics(t.trial_id)[len(before[t.trial_id]) :]
+        assert resumed and resumed[0].metrics["started_at"] >= 1, t.trial_id  # not from scratch
+        assert resumed[0].metrics["step"] == resumed[0].metrics["started_at"] + 1
+    assert job.logs().count("runs its function in forked process") >= 4  # both trials, both attempts

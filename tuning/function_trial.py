@@ -3,22 +3,22 @@ function``): the user's function, called with the trial's ``config`` (base.confi
 searched values put in). It reports with ``tune.report`` and restores with
 ``tune.get_checkpoint()`` itself; its errors read as its own.
 
-Warm (``run_forked_function_trial``, where a trial fits a node): the function runs in a
-local rank forked by the trainable's rank host, a child of the node's warm process with
-torch imported already (``tuning.trial_ranks``), in a Tune session of its own
-(``trainers.ray_compat.serve_tune_session``): each ``tune.report`` goes to the trainable,
-which hands it to Tune's own ``tune.report`` (Tune persists the checkpoint then, the one
-copy, before the function may delete it) and answers once Tune took it, so the function never runs
-more than a report ahead of Tune's decisions, as in Tune's own function trainable;
-``tune.get_checkpoint()`` is the trial's start (a PBT clone's: its donor's), then its
-latest report's, where Tune persisted it; ``tune.get_context()`` answers with the
-trainable's trial. The process has no torch process group, whatever the base's
-``num_workers``, as in Tune's own trainable. A stop or reset of the trial kills it, as a
-warm Train-loop trial's ranks are killed.
+Warm (``run_function_trial`` given the trials' run storage, where a trial fits a node):
+the function runs in a local rank forked by the trainable's rank host, a child of the
+node's warm process with torch imported already (``tuning.trial_ranks``), in a Tune
+session of its own (``trainers.ray_compat.serve_tune_session``): each ``tune.report`` goes
+to the trainable, which hands it to Tune's own ``tune.report`` (Tune persists the
+checkpoint then, the one copy, before the function may delete it) and answers once Tune
+took it, so the function never runs more than a report ahead of Tune's decisions, as in
+Tune's own function trainable; ``tune.get_checkpoint()`` is the trial's start (a PBT
+clone's: its donor's), then its latest report's, where Tune persisted it;
+``tune.get_context()`` answers with the trainable's trial. The process has no torch
+process group, whatever the base's ``num_workers``, as in Tune's own trainable. A stop or
+reset of the trial kills it, as a warm Train-loop trial's ranks are killed.
 
-Cold (``run_function_trial``): the function runs in the trainable's own thread, as Tune
-runs one. This module imports neither torch nor Ray Train's trainers: a trial's process
-imports ray.tune and, cold, the user's function, nothing more."""
+Cold (without it): the function runs in the trainable's own thread, as Tune runs one.
+This module imports neither torch nor Ray Train's trainers: a trial's process imports
+ray.tune and, cold, the user's function, nothing more."""
 
 from __future__ import annotations
 
@@ -41,8 +41,15 @@ from tuning.trial_ranks import TrialRanks, run_warm
 CHECKPOINT_KEY = "__raydock_function_checkpoint__"
 
 
-def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
-    """The cold trainable: the function in this process, in Tune's own session."""
+def run_function_trial(
+    config: dict[str, Any], *, spec: dict[str, Any], storage_path: str | None = None, channel: Any = None
+) -> Any:
+    """The trainable, warm or cold under one name (Tune keeps a trial's trainable name and
+    restores a search only with the same one, so a search resumes whichever way its trials
+    start now): forked where ``storage_path`` (the trials' runs) is given, else in this
+    process, in Tune's own session."""
+    if storage_path is not None:
+        return _run_forked(config, spec, storage_path, channel)
     trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
     fn = load_entrypoint(trial_spec.entrypoint)
     try:
@@ -52,12 +59,10 @@ def run_function_trial(config: dict[str, Any], *, spec: dict[str, Any]) -> Any:
         raise TrialFailed(why.cause.value, why.message, why.traceback) from None
 
 
-def run_forked_function_trial(
-    config: dict[str, Any], *, spec: dict[str, Any], storage_path: str, channel: Any = None
-) -> None:
-    """The warm trainable: one start of the trial (its first, or a restart after a PBT
-    exploit) as one local rank running the function, until it returns, fails (raised as
-    ``TrialFailed``) or Tune stops it."""
+def _run_forked(config: dict[str, Any], spec: dict[str, Any], storage_path: str, channel: Any) -> None:
+    """One start of the trial (its first, or a restart after a PBT exploit) as one local
+    rank running the function, until it returns, fails (raised as ``TrialFailed``) or Tune
+    stops it."""
     trial_spec = TuneSpec.model_validate(spec).trial_spec(config)
     trial_id = tune.get_context().get_trial_id()
     run_name = f"{trial_id}-{uuid.uuid4().hex[:6]}"  # a run per start, as a warm trial's (Tune keeps the checkpoints)

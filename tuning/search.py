@@ -14,7 +14,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
 from trainers.tune_compat import install_kept_actors, install_settled_removal
-from tuning.function_trial import run_forked_function_trial, run_function_trial
+from tuning.function_trial import run_function_trial
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
 from tuning.search_events import SearchCallback, SearchEvents
@@ -139,13 +139,11 @@ def trainable(
         resources = scaling.worker_resources()  # CPU, GPU, memory, custom: Tune names the first two cpu, gpu
         if scaling.accelerator_type is not None:  # as Ray's accelerator_type= asks for it: a sliver of the node's tag
             resources[ACCELERATOR_PREFIX + scaling.accelerator_type] = 0.001
-        if warm:  # the function forked, in a process with torch imported (tuning.function_trial)
-            runs = trial_runs_path(storage_path, job_id)
-            fn = tune.with_parameters(
-                run_forked_function_trial, spec=spec.model_dump(mode="json"), storage_path=runs, channel=channel
-            )
-        else:
-            fn = tune.with_parameters(run_function_trial, spec=spec.model_dump(mode="json"))
+        # Warm: the function forked, in a process with torch imported (tuning.function_trial).
+        runs = trial_runs_path(storage_path, job_id) if warm else None
+        fn = tune.with_parameters(
+            run_function_trial, spec=spec.model_dump(mode="json"), storage_path=runs, channel=channel
+        )
         return tune.with_resources(fn, {k.lower() if k in ("CPU", "GPU") else k: v for k, v in resources.items()})
     out.population = Population.remote() if aligned(spec) else None
     fn = tune.with_parameters(
