@@ -149,8 +149,9 @@ def run_rank(plan: RankPlan, rank: int, link) -> None:
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(plan.master_port),
         )
-    os.environ["OMP_NUM_THREADS"] = str(max(1, int(plan.cpus_per_rank)))
-    torch.set_num_threads(max(1, int(plan.cpus_per_rank)))  # what a Train worker with these CPUs gets
+    threads = max(1, int(plan.cpus_per_rank))  # what a Train worker with these CPUs gets
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
     code = 0
     try:
         me = Rank(plan, rank, link)

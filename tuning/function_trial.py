@@ -35,6 +35,7 @@ from api.schemas import TuneSpec
 from trainers import ray_compat
 from trainers.failures import TrialFailed, classify
 from trainers.user_loop import load_entrypoint
+from tuning.reports import tune_checkpoint
 from tuning.trial_ranks import TrialRanks, run_warm
 
 # A forked function's checkpoint, on its way to the trainable with its report's metrics.
@@ -71,9 +72,7 @@ def _run_forked(config: dict[str, Any], spec: dict[str, Any], storage_path: str,
 
 
 def _to_tune(metrics: dict, checkpoint: Any) -> None:
-    if checkpoint is not None:
-        checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
-    tune.report(metrics, checkpoint=checkpoint)
+    tune.report(metrics, checkpoint=tune_checkpoint(checkpoint))
 
 
 class FunctionRank(TrialRanks):
@@ -136,5 +135,4 @@ def _report(metrics: dict, checkpoint: Any) -> None:
 
 
 def _checkpoint() -> Any:
-    checkpoint = ray_compat.rank_checkpoint()
-    return None if checkpoint is None else tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+    return tune_checkpoint(ray_compat.rank_checkpoint())

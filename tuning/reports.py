@@ -30,12 +30,17 @@ class TrialReports:
     def forward(self, metrics: dict[str, Any], checkpoint) -> None:
         _check_report(metrics, self.metric, self.unit)
         self.count += 1
+        checkpoint = tune_checkpoint(checkpoint)
         if checkpoint is not None:
-            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
             checkpoint.set_metadata({REPORTS_KEY: self.count})
         tune.report(metrics, checkpoint=checkpoint)
         if self.align is not None:
             self.align.after_report(self.count if self.unit == REPORTS_UNIT else metrics[self.unit])
+
+
+def tune_checkpoint(checkpoint: Any) -> Any:
+    """``checkpoint`` (Ray Train's class, or Tune's) as a Tune checkpoint of the same files."""
+    return None if checkpoint is None else tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
 
 
 def _check_report(metrics: dict[str, Any], metric: str, unit: str) -> None:
