@@ -17,6 +17,7 @@ from bench.harness.waiting import wait_for
 from service.scheduling import admission
 from tests.support.session import CLUSTER_CPUS
 from tests.support.specs import FIXTURES, function_pbt_search, search, user_spec
+from tests.support.warm import ensure_warm
 from trainers import ray_compat
 from tuning.trial_ranks import warm_reason
 
@@ -179,12 +180,15 @@ def test_a_function_trainables_process_is_kept_for_the_next_trial_and_waits_30_s
 
 @pytest.mark.slow
 def test_synchronous_pbt_over_a_function_forks_each_start_from_a_kept_trainable_and_clones_go_on_from_their_donors(
-    client: Client, tmp_path
+    client: Client, ray_head, tmp_path
 ):
     # Tune's synchronous PBT pauses every trial at each perturbation point; Tune kept one of
     # their processes for the restarts (a new one for each other, most of a clone's wait for
     # its report). Each start of a trial runs its function in a process forked, with torch
     # imported, by its trainable's rank host (its parent), a fresh one each start.
+    # The node's warm process is up first: a trainable that started before it forks its first
+    # start from a forkserver of its own and the later ones from its rank host (two parents).
+    ensure_warm(client, ray_head)
     spec = function_search("userpkg.tune_fn:naming_its_process")
     spec["base"]["config"].update(dir=str(tmp_path), trials=spec["num_trials"])
     job = client.submit(spec)
