@@ -31,11 +31,15 @@ def cold_reason(spec: TrainSpec) -> str | None:
     - ``placement_strategy`` SPREAD or STRICT_SPREAD: the workers are to be on several nodes;
     - custom ``resources_per_worker``: a loop may ask Ray what its worker was assigned;
     - GPUs other than one per worker: rank ``i`` uses local device ``i``;
-    - a strategy that needs Ray actors (``parameter_server``).
+    - a strategy that needs Ray actors (``parameter_server``);
+    - the job says so (``scaling.local_ranks: false``): its code calls Ray's core API, which a
+      forked rank, no Ray worker, refuses (``trainers.ray_compat.refuse_ray_calls``).
 
     A search trial never gets here: its trials run their own ``TorchTrainer``.
     """
     s = spec.scaling
+    if not s.local_ranks:
+        return "the job sets scaling.local_ranks false: its workers are Ray workers"
     if s.is_elastic:
         return "an elastic job resizes its Ray Train worker group"
     if isinstance(spec.data, TabularData) or spec.datasets:

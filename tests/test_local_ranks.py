@@ -101,6 +101,53 @@ def test_a_fixed_ddp_job_runs_as_local_ranks_and_what_needs_ray_train_does_not()
     }
     for what, spec in cold.items():
         assert cold_reason(spec) is not None, what
+    # A job whose code calls Ray's core API says so.
+    assert "scaling.local_ranks false" in cold_reason(_spec(scaling={"num_workers": 2, "local_ranks": False}))
+
+
+RAY_CALLS = """
+import sys
+import ray
+from trainers import ray_compat
+
+ray_compat.refuse_ray_calls("why: not a Ray worker")
+calls = {
+    "put": lambda: ray.put(1),
+    "get": lambda: ray.get([]),
+    "task": lambda: ray.remote(lambda: 1).remote(),
+    "actor": lambda: ray.remote(type("A", (), {})).remote(),
+    "runtime_context": lambda: ray.get_runtime_context(),
+    "data": lambda: __import__("ray.data").data.range(3),
+    "placement_group": lambda: __import__("ray.util").util.placement_group([{"CPU": 1}]),
+    "init": lambda: ray.init(),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except Exception as exc:
+        print(name, type(exc).__name__, "why: not a Ray worker" in str(exc))
+    else:
+        print(name, "ran")
+print("initialized", ray.is_initialized())
+"""
+
+
+@pytest.mark.slow  # a Python of its own importing Ray (no cluster)
+def test_a_forked_processs_ray_calls_raise_rather_than_start_a_driver_of_their_own(tmp_path):
+    # A process raydock forked is no Ray worker: without the refusal, ray.put would run
+    # ray.init() and make it the driver of a Ray job of its own (here: a new local
+    # cluster, as RAY_ADDRESS is unset; on a cluster, an untracked job on it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    env["RAY_TMPDIR"] = str(tmp_path)  # were a cluster started, it would be here
+    out = subprocess.run(
+        [sys.executable, "-c", RAY_CALLS], env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split("\n")
+    results = dict(line.split(" ", 1) for line in out if line)
+    assert results.pop("initialized") == "False"
+    for name in ("put", "get", "task", "actor", "runtime_context", "data", "init"):
+        assert results[name] == "RayNotHere True", (name, results)
+    assert results["placement_group"].startswith("RaySystemError"), results  # Ray's own words: not started
+    assert not list(tmp_path.iterdir()), "a Ray cluster was started"
 
 
 def test_the_driver_holds_every_worker_when_one_node_fits_them_and_nothing_otherwise():
@@ -147,6 +194,21 @@ def test_a_user_loop_on_the_ray_train_api_runs_as_local_ranks_and_a_killed_rank_
     assert last["pid"] != first["pid"]
     assert job.info.restarts_total == 1
     assert "SIGKILL" in job.info.restarts[0].reason
+
+
+def test_a_loop_that_calls_ray_fails_as_local_ranks_saying_how_and_runs_on_ray_workers_when_its_job_says(
+    client: Client,
+):
+    job = client.submit(user_spec("userpkg.ray_api:calls_ray"))
+    job.wait(timeout=180)
+    assert job.status.value == "FAILED"
+    assert "scaling.local_ranks: false" in job.info.error and "nobody tracks" in job.info.error, job.info.error
+    assert job.info.failure_cause.value == "USER_CODE"
+    job = client.submit(user_spec("userpkg.ray_api:calls_ray", scaling={"num_workers": 1, "local_ranks": False}))
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    (report,) = [p.metrics for p in job.metrics()]
+    assert report["value"] == 42 and report["context"] != "LocalTrainContext", report  # a Ray Train worker
 
 
 def test_a_cancelled_local_ranks_job_leaves_no_process_behind(client: Client):

@@ -44,11 +44,16 @@ def test_a_function_trial_holds_one_processs_resources_and_no_driver():
     assert admission.search_demand(spec) == (2.0, 0.0)
 
 
-def test_a_function_search_whose_job_turns_warm_starts_off_runs_its_functions_in_their_trainables(monkeypatch):
+def test_a_function_search_that_asks_for_ray_workers_or_no_warm_starts_runs_its_functions_in_their_trainables(
+    monkeypatch,
+):
     # A function that calls Ray's core API needs a Ray worker: a forked process is none.
     spec = TuneSpec.model_validate(function_search())
     assert warm_reason(spec, node_cpus=2.0) is None
-    monkeypatch.setenv("RAYDOCK_WARM_START", "false")  # the job's own env_vars
+    ray_workers = function_search()
+    ray_workers["base"]["scaling"]["local_ranks"] = False  # the search says so
+    assert "base.scaling.local_ranks false" in warm_reason(TuneSpec.model_validate(ray_workers), node_cpus=2.0)
+    monkeypatch.setenv("RAYDOCK_WARM_START", "false")  # the server's setting, in the job's environment
     assert "warm starts are off" in warm_reason(spec, node_cpus=2.0)
 
 
@@ -242,6 +247,25 @@ def test_a_cancel_ends_every_forked_function(client: Client):
     job.wait(timeout=120)
     assert job.status.value == "CANCELLED"
     wait_for(lambda: not any(map(alive, pids)), 60, "the forked functions to end with the search")
+
+
+@pytest.mark.slow
+def test_a_forked_function_that_calls_ray_fails_saying_how_and_runs_in_its_trainable_when_its_job_says(
+    client: Client,
+):
+    spec = function_search("userpkg.tune_fn:calls_ray", algorithm="random", pbt=None, num_trials=1)
+    job = client.submit(spec)
+    job.wait(timeout=300)
+    assert job.status.value == "FAILED"
+    (trial,) = job.trials()
+    assert "base.scaling.local_ranks" in (trial.error or "") and "nobody tracks" in trial.error, trial.error
+    spec["base"]["scaling"]["local_ranks"] = False
+    job = client.submit(spec)
+    job.wait(timeout=300)
+    assert job.status.value == "SUCCEEDED", job.info.error
+    (trial,) = job.trials()
+    assert trial.last_metrics["ray_worker"] is True and trial.last_metrics["loss"] == trial.config["config.lr"]
+    assert "base.scaling.local_ranks false" in job.logs() and not FORKED.search(job.logs())
 
 
 @pytest.mark.long  # tests/test_tune_any_loop.py reads a failing Train trial by default

@@ -39,6 +39,14 @@ import torch.distributed as dist
 from trainers import phases, ray_compat
 from trainers.rank_plan import RankPlan
 
+# What a Ray core call in a rank says (trainers.ray_compat.refuse_ray_calls).
+NOT_A_RAY_WORKER = (
+    "Ray's core API (ray.put, ray.get, tasks, actors, Ray Data) cannot be called here: this process is a "
+    "local rank raydock forked, no Ray worker, and Ray would make it the driver of a Ray job of its own that "
+    "nobody tracks. A job whose code calls Ray sets scaling.local_ranks: false (a search: "
+    "base.scaling.local_ranks): its workers are then Ray workers."
+)
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -136,6 +144,7 @@ def run_rank(plan: RankPlan, rank: int, link) -> None:
     """The rank's process: set up, run the loop, exit (never returns)."""
     os.setpgid(0, 0)
     _die_with_parent()
+    ray_compat.refuse_ray_calls(NOT_A_RAY_WORKER)
     if plan.trial_id:
         phases.for_trial(plan.trial_id)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a stop kills a rank at once; the driver reports

@@ -4,7 +4,8 @@ Things raydock needs have no public API in Ray 2.60: hooks when a worker group
 starts, a hook in each worker as it reports, a way to hand a run its starting
 checkpoint (Train V2 dropped ``resume_from_checkpoint``), Tune's once-per-process
 warning about its session API, re-armed, a Tune function's session in a process Tune did
-not start, and whether an actor of this job is being created. Tune's controller's own
+not start, Ray's automatic ``ray.init`` turned off in a forked process, and whether an actor
+of this job is being created. Tune's controller's own
 books are ``trainers.tune_compat``'s. Everything else imports Ray's public surface only;
 when a Ray upgrade moves these, this module and that one are the places to change.
 """
@@ -258,6 +259,30 @@ def reread_import_time_settings() -> None:
     dedup = constants.env_bool("RAY_DEDUP_LOGS", True)
     constants.RAY_DEDUP_LOGS = dedup
     ray_logging.RAY_DEDUP_LOGS = dedup
+
+
+class RayNotHere(RuntimeError):
+    """A Ray call in a process that is no Ray worker and must not become a driver."""
+
+
+def refuse_ray_calls(why: str) -> None:
+    """Make Ray's core API raise ``RayNotHere(why)`` in this process rather than join a
+    cluster. With no driver connected, ``ray.put``, ``ray.get``, tasks, actors and Ray
+    Data call ``ray.init()`` themselves: in a process raydock forked (a local rank) that
+    would make it the driver of a Ray job of its own, one nobody tracks, outside its job's
+    resources. Ray's own switch (``RAY_ENABLE_AUTO_CONNECT=0``) is read when ``ray`` is
+    imported, before the fork: its module flag is set here, and what Ray calls before
+    each core call raises instead (calls that read the flag say "Ray has not been
+    started yet"); ``ray.init`` raises too."""
+    import ray
+    from ray._private import auto_init_hook
+
+    def refuse(*_args: Any, **_kwargs: Any) -> None:
+        raise RayNotHere(why)
+
+    auto_init_hook.enable_auto_connect = False
+    auto_init_hook.auto_init_ray = refuse  # looked up by each wrapped call as it runs
+    ray.init = refuse
 
 
 # ----------------------------------------------------------------------------- shared capacity

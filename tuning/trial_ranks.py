@@ -63,10 +63,12 @@ def warm_reason(spec: TuneSpec, node_cpus: float) -> str | None:
         return "local ranks are forked, which needs Linux"
     if spec.trainable == "function" and spec.base.scaling.use_gpu:
         return "a GPU function trial runs in its Tune trainable's process (a forked one is not yet measured on GPUs)"
-    if spec.trainable == "function" and warm_starts_off():  # the job's env_vars may say so: its function calls Ray
+    if spec.trainable == "function" and warm_starts_off():  # the server's setting, in the job's environment
         return (
             "warm starts are off (RAYDOCK_WARM_START): the function runs in its Tune trainable's process, a Ray worker"
         )
+    if spec.trainable == "function" and not spec.base.scaling.local_ranks:
+        return "the search sets base.scaling.local_ranks false: the function runs in its Tune trainable, a Ray worker"
     if spec.trainable == "function":
         return None  # its one process, forked: the trainable holds what the cold one would
     if spec.base.scaling.use_gpu:

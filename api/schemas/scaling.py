@@ -162,6 +162,15 @@ class ScalingSpec(Strict):
             "forms, which wait rather than place otherwise."
         ),
     )
+    local_ranks: bool = Field(
+        default=True,
+        description=(
+            "false: every worker is a Ray worker (Ray Train's worker actors; a function trial runs in its Tune "
+            "trainable), as code that calls Ray's core API (tasks, actors, ray.put, Ray Data) needs. true: a "
+            "fixed-size job whose workers fit one node runs them as local ranks forked from its driver (a search's "
+            "trials: forked by their trainables), which start faster but are no Ray workers."
+        ),
+    )
     resize_check_interval_s: float = Field(
         default=60.0,
         ge=1.0,
