@@ -286,11 +286,19 @@ def test_wrong_or_missing_token_is_two_lines_from_the_real_entrypoint(tmp_path):
 
 
 def test_the_progress_bar_counts_what_the_job_reports():
-    from api.schemas import TuneSpec
-    from service.cli.main import _length, _where
+    from api.schemas import JobPublic, TuneSpec
+    from service.cli.format import length, progress
+    from service.cli.main import _where
 
     assert _where({"epoch": 3, "step": 120, "loss": 0.5}) == "epoch 3 step 120"
     assert _where({"step": 40}) == "step 40"
     assert _where({"training_iteration": 7, "loss": 0.1}) == "report 7"  # a Tune function's reports
     spec = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "examples", "tune-function-pbt.yaml")))
-    assert _length(TuneSpec.model_validate(spec)) == (20, "training_iteration")
+    assert length(TuneSpec.model_validate(spec).model_dump(mode="json")) == ("training_iteration", 20)
+    # `raydock list` and `status` read the stored spec the same way: a search's reports budget has a total.
+    assert length(spec) == ("training_iteration", 20)
+    assert length({"kind": "tune", "budget": {"epochs": 8}}) == ("epoch", 8)
+    assert length({"kind": "train", "epochs": 5, "max_steps": 300}) == ("step", 300)
+    stored = {"id": "j1", "name": "s", "kind": "tune", "status": "RUNNING", "created_at": "2026-11-28T10:00:00Z"}
+    stored.update(spec=spec, latest_metrics={"training_iteration": 7, "loss": 0.2})
+    assert progress(JobPublic.model_validate(stored)) == "report 7/20"

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
-from api.schemas import JobPublic, JobStatus
+from api.schemas import REPORTS_UNIT, JobPublic, JobStatus
 
 STATUS_STYLE = {
     JobStatus.SUCCEEDED: "green",
@@ -60,29 +60,36 @@ def when(at: datetime, now: datetime | None = None) -> str:
 
 
 def progress(job: JobPublic) -> str:
-    """``epoch 3/8`` or ``step 120/500``: how far the job is in the unit its spec counts in
-    (a search: the newest report of any trial, against one trial's budget)."""
-    length = _length(job.spec)
+    """``epoch 3/8``, ``step 120/500`` or ``report 4/20``: how far the job is in the unit its
+    spec counts in (a search: the newest report of any trial, against one trial's budget)."""
+    unit, total = length(job.spec)
     m = job.latest_metrics or {}
-    unit, total = length if length else (("step", None) if "step" in m and "epoch" not in m else ("epoch", None))
+    if total is None and "step" in m and "epoch" not in m:
+        unit = "step"
     done = m.get(unit)
     if done is None and (total is None or job.status.is_terminal()):
         return ""  # nothing to count, or a job that ended before its first report
-    return f"{unit} {'-' if done is None else num(done)}" + (f"/{total}" if total else "")
+    return f"{unit_word(unit)} {'-' if done is None else num(done)}" + (f"/{total}" if total else "")
 
 
-def _length(spec: dict[str, Any]) -> tuple[str, int] | None:
-    """The unit a job's progress counts in and how many of it there are, from its spec."""
+def length(spec: dict[str, Any]) -> tuple[str, int | None]:
+    """The reported unit a job's progress counts in and how many of it there are (None: the
+    loop's own end), from its spec as stored: a search's is one trial's budget, in epochs,
+    steps or reports (Tune's ``training_iteration``)."""
     if spec.get("kind") == "tune":
         budget = spec.get("budget") or {}
-        epochs, steps = budget.get("epochs"), budget.get("steps")
-    else:
-        epochs, steps = spec.get("epochs"), spec.get("max_steps")
-    if steps:
-        return "step", steps
-    if epochs:
-        return "epoch", epochs
-    return None
+        for unit, key in (("epoch", "epochs"), ("step", "steps"), (REPORTS_UNIT, "reports")):
+            if budget.get(key):
+                return unit, budget[key]
+        return "epoch", None
+    if spec.get("max_steps"):
+        return "step", spec["max_steps"]
+    return "epoch", spec.get("epochs")
+
+
+def unit_word(unit: str) -> str:
+    """What a person reads for a reported unit: ``report`` for Tune's ``training_iteration``."""
+    return "report" if unit == REPORTS_UNIT else unit
 
 
 def status_text(job: JobPublic) -> str:

@@ -15,10 +15,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.client import Client, Job
 from api.errors import RaydockError
-from api.schemas import REPORTS_UNIT, JobSpec, JobStatus, TuneSpec, parse_job_spec
+from api.schemas import REPORTS_UNIT, JobStatus, parse_job_spec
 from service.cli.common import DEFAULT_URL, TokenOpt, UrlOpt, app, client_for, console, err, fail, need_server
 from service.cli.events import events  # noqa: F401  (registers `raydock events`)
-from service.cli.format import num
+from service.cli.format import length, num, unit_word
 from service.cli.gc import gc
 from service.cli.listing import list_jobs
 from service.cli.pipelines import pipeline_app  # noqa: F401  (registers `raydock pipeline`)
@@ -83,7 +83,7 @@ def run(
             err.print(f"cluster: {client.cluster().cpus_total:g} CPUs, {client.cluster().gpus_total:g} GPUs")
             job = client.submit(spec, base_dir=spec_file.parent)
             console.print(job.id)
-            _follow(job, *_length(spec), exit_on_failure=False)
+            _follow(job, *length(spec.model_dump(mode="json")), exit_on_failure=False)
             for c in job.checkpoints()[-1:]:
                 epoch = "" if c.epoch is None else f"epoch {c.epoch}, "
                 console.print(f"latest checkpoint: id {c.id}, {epoch}{c.path}")
@@ -144,24 +144,16 @@ def submit(
             err.print(describe(client.last_upload))
         console.print(job.id)
         if follow:
-            _follow(job, *_length(spec))
-
-
-def _length(spec: JobSpec) -> tuple[int | None, str]:
-    """How far a job's progress counts, and in which reported unit (a search's: one
-    trial's budget, in epochs, steps or reports)."""
-    if isinstance(spec, TuneSpec):
-        return (spec.budget_amount, spec.unit) if spec.budget else (None, "epoch")
-    return (spec.max_steps, "step") if spec.max_steps else (spec.epochs, "epoch")
+            _follow(job, *length(spec.model_dump(mode="json")))
 
 
 def _where(m: dict) -> str:
     """``epoch 3 step 120`` (what the report has of them), else ``report 7`` (a Tune function's)."""
     where = " ".join(f"{unit} {m[unit]}" for unit in ("epoch", "step") if unit in m)
-    return where or (f"report {m[REPORTS_UNIT]}" if REPORTS_UNIT in m else "")
+    return where or (f"{unit_word(REPORTS_UNIT)} {m[REPORTS_UNIT]}" if REPORTS_UNIT in m else "")
 
 
-def _follow(job: Job, total: int | None, unit: str, exit_on_failure: bool = True) -> None:
+def _follow(job: Job, unit: str, total: int | None, exit_on_failure: bool = True) -> None:
     with Progress(
         TextColumn("[bold]{task.fields[status]}"),
         BarColumn(),
