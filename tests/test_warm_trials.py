@@ -129,3 +129,40 @@ def test_exploit_replaces_the_trials_ranks_and_keeps_the_lineage(client: Client)
     for t in trials:  # one start of its ranks at first, and one after each exploit
         assert len(seen[t.trial_id]) == 1 + t.exploits, (t.trial_id, t.exploits, seen[t.trial_id])
     wait_for(lambda: not any(alive(p) for g in seen.values() for pids in g for p in pids), 60, "every rank to end")
+
+
+@pytest.mark.slow  # imports Ray Tune (no cluster)
+def test_a_resumed_search_goes_on_the_way_its_trials_started_whichever_way_they_would_start_now(tmp_path, capsys):
+    # Tune resumes a search only with the trainable it started with (run_warm_trial or
+    # run_trial): a search that started warm and is resumed where its trials would now
+    # start cold (its node gone, local ranks turned off) goes on warm, and the other way.
+    from ray import tune
+
+    from api.schemas import TuneSpec
+    from tests.support.specs import user_spec
+    from trainers.tune_compat import started_trainable
+    from tuning.search import experiment_path, resumed_warm, trainable
+    from tuning.search_events import SearchEvents
+
+    base = user_spec(
+        "userpkg.ckpt_steps:train", config={"steps": 4}, scaling={"num_workers": 1, "cpus_per_worker": 0.25}
+    )
+    space = {"config.lr": {"type": "uniform", "low": 0.01, "high": 0.1}}
+    spec = TuneSpec.model_validate(search(base=base, search_space=space, metric="loss", mode="min", num_trials=2))
+    out = SearchEvents(spec.metric, spec.mode, sink=lambda event: None)
+    for started_warm in (True, False):
+        job = f"search-{started_warm}"
+        tune.Tuner(
+            trainable(spec, job, str(tmp_path), out, warm=started_warm),
+            run_config=tune.RunConfig(storage_path=str(tmp_path), name=job),
+        )
+        path = experiment_path(str(tmp_path), job)
+        assert resumed_warm(spec, started_trainable(path), not started_warm) is started_warm
+        assert f"started {'warm' if started_warm else 'cold'}" in capsys.readouterr().out
+        resumed = trainable(
+            spec, job, str(tmp_path), out, warm=resumed_warm(spec, started_trainable(path), started_warm)
+        )
+        tune.Tuner.restore(path, trainable=resumed)  # Tune takes it: the same trainable
+        with pytest.raises(ValueError, match="same trainable"):  # what the other way meets
+            tune.Tuner.restore(path, trainable=trainable(spec, job, str(tmp_path), out, warm=not started_warm))
+    assert started_trainable(str(tmp_path / "none")) is None

@@ -1,6 +1,7 @@
 """The seam between raydock and Ray Tune's controller's private books (Ray 2.60): what a
 search's driver changes in how Tune's controller keeps actors and placement groups, and a
-decision it holds for a trial. Tune has no public option for any of them; when a Ray
+decision it holds for a trial, and the trainable a saved search started with. Tune has no
+public option for any of them; when a Ray
 upgrade moves these names, this module is the one place to change
 (``tests/test_search_placement.py`` and ``tests/test_tune_functions.py`` fail then).
 Only the search's driver installs them, so no other process's Tune is touched.
@@ -25,6 +26,26 @@ def drop_cached_decision(tune_controller: Any, trial_id: str) -> None:
     pending = getattr(controller, "_cached_trial_decisions", None)
     if isinstance(pending, dict):
         pending.pop(trial_id, None)
+
+
+def started_trainable(experiment_path: str) -> str | None:
+    """The name of the trainable a saved search started with (``__trainable_name`` in the
+    ``tuner.pkl`` Tune writes as a ``Tuner`` is made): ``Tuner.restore`` refuses any
+    trainable of another name. None when the experiment has none to read. Read only by
+    the search's own driver, from its own storage, as Tune's restore reads it next."""
+    import pickle
+    from pathlib import PurePosixPath
+
+    from ray.train._internal.storage import get_fs_and_path
+
+    try:
+        fs, fs_path = get_fs_and_path(experiment_path, None)
+        with fs.open_input_file(str(PurePosixPath(fs_path, "tuner.pkl"))) as f:
+            state = pickle.loads(f.readall())
+    except Exception:  # noqa: BLE001 - no readable state: Tune's restore says what is wrong
+        return None
+    name = state.get("__trainable_name") if isinstance(state, dict) else None
+    return name if isinstance(name, str) else None
 
 
 # ----------------------------------------------------------------------------- placement groups

@@ -13,7 +13,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 
 from api.schemas import CONTINUOUS, Choice, Grid, LogUniform, TuneSpec, Uniform, clip_to_space
 from api.schemas.scaling import ACCELERATOR_PREFIX
-from trainers.tune_compat import install_kept_actors, install_settled_removal
+from trainers.tune_compat import install_kept_actors, install_settled_removal, started_trainable
 from tuning.function_trial import run_function_trial
 from tuning.population import LoopEnd, Population
 from tuning.schedulers import RecordingPB2, RecordingPBT
@@ -169,6 +169,22 @@ def trials_start_warm(spec: TuneSpec, trial_ranks: bool) -> bool:
     return why is None
 
 
+def resumed_warm(spec: TuneSpec, started: str | None, warm: bool) -> bool:
+    """Whether a resumed search's Train-loop trials go on warm: the way they started
+    (``started``, the saved trainable's name), since Tune resumes a search only with the
+    trainable it started with, whichever way they would start now (the cluster's nodes or
+    the server's RAYDOCK_LOCAL_RANKS may have changed since). A function search's trainable
+    has one name either way."""
+    if spec.trainable == "function":
+        return warm
+    was_warm = {run_warm_trial.__name__: True, run_trial.__name__: False}.get(started or "")
+    if was_warm is None or was_warm == warm:
+        return warm
+    how = "warm, as local ranks" if was_warm else "cold, each a Ray Train run"
+    print(f"raydock: the search's trials started {how}: they go on so (Tune resumes a search with its own trainable)")
+    return was_warm
+
+
 def build_tuner(
     spec: TuneSpec, job_id: str, storage_path: str, out: SearchEvents, channel: Any = None, trial_ranks: bool = False
 ) -> tune.Tuner:
@@ -182,6 +198,7 @@ def build_tuner(
     install_settled_removal()
     install_kept_actors()
     if tune.Tuner.can_restore(path):
+        warm = resumed_warm(spec, started_trainable(path), warm)
         return tune.Tuner.restore(
             path, trainable=trainable(spec, job_id, storage_path, out, channel, warm), resume_unfinished=True
         )
