@@ -355,11 +355,13 @@ class Attempts:
 
 
 def graceful_stop_env(kind: str) -> dict[str, str]:
-    """How Ray stops a training job's driver: with SIGINT, which Ray Train answers by
-    aborting the run cleanly. Ray's default, SIGTERM, kills the Train controller before
-    it withdraws its share of the cluster from Ray Train's resource coordinator, and
-    elastic jobs then cannot grow into the freed CPUs until that share expires (180 s)."""
-    if kind != "train":
-        return {}
-    # Read by Ray's job supervisor, which runs with the job's environment.
-    return {"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "15"}
+    """How Ray stops a job's driver (read by Ray's job supervisor, which runs with the
+    job's environment). A training job's: with SIGINT, which Ray Train answers by aborting
+    the run cleanly. Ray's default, SIGTERM, kills the Train controller before it
+    withdraws its share of the cluster from Ray Train's resource coordinator, and elastic
+    jobs then cannot grow into the freed CPUs until that share expires (180 s). A search's:
+    SIGTERM, which its driver answers by having Tune save the search one last time
+    (``tuning.search_driver``), with the same 15 s before Ray's SIGKILL instead of 3."""
+    if kind == "train":
+        return {"RAY_JOB_STOP_SIGNAL": "SIGINT", "RAY_JOB_STOP_WAIT_TIME_S": "15"}
+    return {"RAY_JOB_STOP_WAIT_TIME_S": "15"}

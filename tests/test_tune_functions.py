@@ -291,13 +291,11 @@ def test_a_trial_that_never_reports_is_stopped_and_says_so(client: Client):
 
 
 @pytest.mark.slow
-@pytest.mark.long  # a search cancelled and resumed: 40-90 s on a loaded 2-core machine
-def test_a_cancelled_function_search_resumes_its_trials_from_their_checkpoints(client: Client):
+def test_a_cancelled_function_search_resumes_its_trials_from_where_the_cancel_found_them(client: Client):
     spec = function_search("userpkg.tune_fn:slowly", algorithm="random", pbt=None, num_trials=2)
     spec["base"]["config"]["sleep_s"] = 0.2
-    job = client.submit({**spec, "budget": {"reports": 100}})
-    # Tune saves the search's state every 10 s: reports for longer than that before the cancel.
-    wait_for(lambda: len(job.trials()) == 2 and all(t.reports >= 60 for t in job.trials()), 240, "12 s of reports")
+    job = client.submit({**spec, "budget": {"reports": 30}})
+    wait_for(lambda: len(job.trials()) == 2 and all(t.reports >= 5 for t in job.trials()), 240, "5 reports each")
     job.cancel()
     wait_for(lambda: job.refresh().status.is_terminal(), 90, "the cancel to finish")
     assert job.status.value == "CANCELLED"
@@ -307,8 +305,12 @@ def test_a_cancelled_function_search_resumes_its_trials_from_their_checkpoints(c
     assert job.status.value == "SUCCEEDED", job.info.error
     trials = job.trials()
     assert {t.trial_id for t in trials} == set(before) and {t.status for t in trials} == {"TERMINATED"}
-    for t in trials:  # each went on from a checkpoint of the first attempt, forked as before
+    for t in trials:  # each went on from its checkpoint as of the cancel, forked as before
         resumed = job.trial_metrics(t.trial_id)[len(before[t.trial_id]) :]
-        assert resumed and resumed[0].metrics["started_at"] >= 1, t.trial_id  # not from scratch
+        last = before[t.trial_id][-1].metrics["step"]
+        # The stop had Tune save the search then (Tune's own saves come every few seconds
+        # at best, and would have the trials go on from an earlier report or from scratch);
+        # a report under way as the stop came may be the one lost.
+        assert resumed and resumed[0].metrics["started_at"] >= last - 1, (t.trial_id, last, resumed[0].metrics)
         assert resumed[0].metrics["step"] == resumed[0].metrics["started_at"] + 1
     assert job.logs().count("runs its function in forked process") >= 4  # both trials, both attempts

@@ -6,15 +6,22 @@ Tune's controller, the PBT/ASHA decisions and the event stream to the server all
 here; each trial runs its workers as local ranks its trainable forks (when they fit one
 node, ``tuning.trial_ranks``) or as its own distributed ``TorchTrainer`` (``tuning.trial``).
 
-Stopping the Ray job (cancel) ends this process; the trials' trainables are its actors,
+Stopping the Ray job (cancel, preemption, deadline: Ray sends SIGTERM) ends Tune's run as
+Ctrl+C would: Tune saves the search's state one last time, each trial's latest checkpoint
+in it, so a resumed search goes on from where its trials were (not from Tune's last
+periodic save), stops its trials, and this process exits as stopped (``STOPPED``); Ray
+kills what is left after the job's stop wait. The trials' trainables are its actors,
 their Train controllers and workers are the trainables' actors, and their local ranks
 die with the trainables' processes, so all of them and their placement groups go with it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +60,20 @@ STALLED_DETAIL = (
 )
 
 
+STOPPED = 128 + signal.SIGTERM  # the exit status of a search its Ray job's stop ended
+
+
+def _stop(out: SearchEvents, signum: int, frame: Any) -> None:
+    """SIGTERM: ask Tune to end its run (its own interrupt, the SIGUSR1 handler Tune
+    installs as its run starts), which saves the search's state first; before that, exit
+    at once. The trials Tune then stops are the stopped job's (``out.stop``)."""
+    out.stop()
+    interrupt = signal.getsignal(signal.SIGUSR1)
+    if not callable(interrupt):
+        raise SystemExit(STOPPED)
+    interrupt(signum, frame)
+
+
 def main() -> int:
     # Tune saves the search's state at most this often (default every 10 s or more): a
     # cancelled search resumes from its trials' checkpoints as of the last save.
@@ -76,7 +97,11 @@ def run_search(
         print(out.note, file=sys.stderr, flush=True)
     try:
         ray.init(address="auto", log_to_driver=True, runtime_env=trainables_runtime_env(os.environ))
+        if threading.current_thread() is threading.main_thread():  # after ray.init: its own handler dies at once
+            signal.signal(signal.SIGTERM, functools.partial(_stop, out))
         results = build_tuner(spec, job_id, storage_path, out, channel, trial_ranks).fit()
+        if out.stopped:  # Tune saved the search and stopped its trials: nothing more is done
+            raise SystemExit(STOPPED)
     except (KeyboardInterrupt, SystemExit):
         raise  # a stop (cancel, deadline): the server already knows why
     except SearchStalled as stalled:  # Tune stopped every trial; the job fails saying why

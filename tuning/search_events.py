@@ -67,6 +67,7 @@ class SearchEvents:
         self.first_report_timeout_s: float | None = None  # the spec's; tuning.search_driver sets it
         self.failures: dict[str, Failure] = {}  # each failed trial's first failure, in order
         self.population = None  # tuning.population's actor, when the population is aligned
+        self.stopped = False  # the search's Ray job is being stopped (``stop``)
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.RLock()
 
@@ -100,7 +101,15 @@ class SearchEvents:
         if value is not None and (self.best is None or better(value, self.best["value"], self.mode)):
             self.best = {"trial_id": trial_id, "value": value, "metrics": metrics, "config": config}
 
+    def stop(self) -> None:
+        """The search's Ray job is being stopped (cancel, preemption, deadline): the trials
+        Tune stops from now on are not ended by the search, so no status of theirs is sent
+        (the job's end is theirs: CANCELLED, or they go on when it resumes)."""
+        self.stopped = True
+
     def trial(self, trial_id: str, status: str, config: dict[str, Any], error: str | None = None) -> None:
+        if self.stopped:
+            return
         config = jsonable(config)
         self._send(
             lambda seq: TrialEvent(
