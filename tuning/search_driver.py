@@ -76,7 +76,8 @@ def _stop(out: SearchEvents, signum: int, frame: Any) -> None:
 
 def main() -> int:
     # Tune saves the search's state at most this often (default every 10 s or more): a
-    # cancelled search resumes from its trials' checkpoints as of the last save.
+    # search whose driver dies outright (SIGKILL, its node lost) resumes from its trials'
+    # checkpoints as of the last save; a stop of its Ray job saves it once more (``_stop``).
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3")
     pool.start_if_asked()  # a cold start: this node's next job starts warm
     launch = take_launch()
