@@ -231,6 +231,32 @@ def test_init_from_without_a_complete_checkpoint_stops_the_step(service):
     assert status == "CANCELLED" and "left no complete checkpoint" in reason and "step 'a'" in reason
 
 
+def test_a_waiting_steps_reason_names_what_it_still_waits_for_and_a_failed_dependency_stops_it_at_once(service):
+    made = service.pipelines.submit(
+        pipeline(
+            step("a"),
+            step("b"),
+            step("c", after=[{"step": "a"}, {"step": "b"}]),
+            step("d", after=[{"step": "b"}, {"step": "a"}]),
+        ),
+        ADMIN,
+        "default",
+    )
+    ids = {s.name: s.job_id for s in made.steps}
+    assert "step 'a'" in statuses(service, made.id)["c"][1] and "step 'b'" in statuses(service, made.id)["c"][1]
+    set_columns(service, ids["a"], status="SUCCEEDED")
+    assert release(service) == 0  # nothing queued or stopped: c and d still wait for b
+    status, reason = statuses(service, made.id)["c"]
+    assert status == "WAITING" and reason == f"waiting for step 'b' (job {ids['b']}) to succeed", reason
+    assert release(service) == 0 and statuses(service, made.id)["c"][1] == reason  # written once
+    # d waits for b first, then a: a's failure decides it while b still runs.
+    set_columns(service, ids["a"], status="FAILED")
+    assert release(service) == 2
+    for name in ("c", "d"):
+        status, reason = statuses(service, made.id)[name]
+        assert status == "CANCELLED" and "step 'a'" in reason and "ended FAILED" in reason, (name, reason)
+
+
 def test_a_replica_that_lost_the_monitor_releases_nothing(either):
     service = either
     engine = service.sessions.kw["bind"]

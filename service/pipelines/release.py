@@ -2,7 +2,9 @@
 admission, a job whose dependencies all ended as it asked joins the queue (QUEUED, its
 ``init_from`` checkpoint resolved and stored with the move), and one whose dependency
 ended otherwise (or was deleted, or left no checkpoint to start from) is CANCELLED with a
-reason that names it. A job stopped so stops the jobs waiting on it in the same pass.
+reason that names it, whether or not its other dependencies ended yet. A job stopped so
+stops the jobs waiting on it in the same pass. A job that still waits has its reason name
+the dependencies it still waits for, as each of the others ends.
 
 Its moves are written under the monitor's lease (``Fence``): a replica paused past its
 lease moves nothing, so no step is queued (and started) twice; each move is also a
@@ -55,13 +57,15 @@ class Release:
                 break
             done = self._apply(moves, fence)
             moved += done
-            if not done or all(m.target == JobStatus.QUEUED for m in moves):
+            if not done or all(m.target != JobStatus.CANCELLED for m in moves):
                 break  # nothing stopped: no waiting job learns anything more this pass
         return moved
 
     def _decide(self) -> list[Move]:
         with self.sessions() as s:
-            waiting = s.execute(select(JobRow.id, JobRow.spec).where(JobRow.status == WAITING)).all()
+            waiting = s.execute(
+                select(JobRow.id, JobRow.spec, JobRow.status_reason).where(JobRow.status == WAITING)
+            ).all()
             if not waiting:
                 return []
             wants = {row.id: dependencies.effective(row.spec or {}) for row in waiting}
@@ -76,18 +80,23 @@ class Release:
             return moves
 
     def _decide_one(self, s, row, wants: list[tuple[str, str]], deps: dict[str, Any]) -> Move | None:
-        checked = []
+        checked, still = [], []
         for dep_id, wanted in wants:
             dep = deps.get(dep_id)
             if dep is None:
                 return Move(row.id, JobStatus.CANCELLED, f"not run: job {dep_id}, which it runs after, was deleted", ())
             status = JobStatus(dep.status)
             if not status.is_terminal():
-                return None  # still waiting; its reason says what for
+                still.append((dep_id, wanted))
+                continue
             checked.append((dep_id, status.value))
             if not satisfied(wanted, status.value):
                 why = f"not run: {dependencies.name(dep_id, dep.labels)} ended {status.value}"
                 return Move(row.id, JobStatus.CANCELLED, f"{why} ({dependencies.WAITS[wanted]} was asked)", ())
+        if still:  # its reason names what it still waits for ("resumed: ..." kept while that is all of it)
+            reason = dependencies.waiting_reason(still, {d: deps[d].labels for d, _ in still})
+            said = row.status_reason or ""
+            return None if said.endswith(reason) else Move(row.id, JobStatus.WAITING, reason, tuple(checked))
         init = (row.spec or {}).get("init_from")
         path = None
         if isinstance(init, dict) and init.get("job"):
@@ -115,6 +124,9 @@ class Release:
                     continue  # a dependency was resumed meanwhile: decided again next pass
                 job = s.get(JobRow, m.job_id)
                 if job is None or job.status != WAITING:
+                    continue
+                if m.target == JobStatus.WAITING:  # it still waits: only its reason changes (not counted)
+                    job.status_reason = m.reason
                     continue
                 also = {"init_checkpoint": m.init_checkpoint} if m.target == JobStatus.QUEUED else None
                 if lifecycle.transition(s, job, m.target, reason=m.reason, also=also):
